@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Debian packages the test lanes need: OpenCL on the CPU (PoCL), Vulkan on the
+# CPU (Mesa lavapipe), shader tools. Skipped (with a note) where apt is not usable.
+set -euo pipefail
+PKGS=(
+  pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo
+  mesa-vulkan-drivers libvulkan1 vulkan-tools glslang-tools spirv-tools
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "system packages: all present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+if ! command -v apt-get >/dev/null; then
+  echo "system packages: no apt-get; install by hand: ${missing[*]}" >&2
+  exit 0
+fi
+echo "system packages: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

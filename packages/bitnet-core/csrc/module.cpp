@@ -1,0 +1,7 @@
+// The native module of bitnet-core: `bitnet_core._native`.
+#include "native.h"
+
+PYBIND11_MODULE(_native, m) {
+    m.doc() = "bitnet-core native code: CPU feature detection and CPU kernels";
+    bitnet::register_cpu_features(m);
+}

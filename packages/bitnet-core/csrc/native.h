@@ -1,0 +1,8 @@
+// Registration hooks of the parts of bitnet_core._native. Each .cpp in csrc/
+// adds its functions to the module through one of these.
+#pragma once
+#include <pybind11/pybind11.h>
+
+namespace bitnet {
+void register_cpu_features(pybind11::module_ &m);
+}  // namespace bitnet

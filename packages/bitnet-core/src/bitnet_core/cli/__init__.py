@@ -1,0 +1,1 @@
+"""The ``bitnet`` command line."""

@@ -1,0 +1,1 @@
+"""One module per ``bitnet`` subcommand; each defines ``register(subparsers)``."""

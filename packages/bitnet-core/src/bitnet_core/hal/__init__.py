@@ -1,0 +1,27 @@
+"""The two-level hardware abstraction layer: providers (ops) and backends (models)."""
+
+from .backend import Backend
+from .provider import KERNEL_INVENTORY, PRIORITIES, Availability, KernelProvider
+from .registry import ENTRY_POINT_GROUP, REGISTRY, ProviderRecord, list_providers
+from .selection import BackendRequest, Selection, StartupSummary, select, strict_mode
+from .weights import TernaryWeight, pack_i2, unpack_i2
+
+__all__ = [
+    "Availability",
+    "Backend",
+    "BackendRequest",
+    "ENTRY_POINT_GROUP",
+    "KERNEL_INVENTORY",
+    "KernelProvider",
+    "PRIORITIES",
+    "ProviderRecord",
+    "REGISTRY",
+    "Selection",
+    "StartupSummary",
+    "TernaryWeight",
+    "list_providers",
+    "pack_i2",
+    "select",
+    "strict_mode",
+    "unpack_i2",
+]

@@ -1,0 +1,144 @@
+"""Level 1 of the HAL: the ``KernelProvider`` protocol (seed 003).
+
+A provider owns one device and runs the ops a BitNet model needs on arrays
+that live on that device between ops. The model (Level 2, ``Backend``) only
+moves token ids in and logits out.
+
+Array conventions (the numpy reference provider is the executable spec):
+
+- a *device array* is whatever the provider returns from ``to_device`` or an
+  op (numpy array, CuPy array, OpenCL buffer wrapper...); the model never
+  looks inside, it only passes it back to the same provider;
+- activations are float32, row-major ``[T, ...]`` with T tokens;
+- ternary weights come in as ``TernaryWeight`` and are made resident by
+  ``load_ternary``; dense tables (embeddings, the tied output head) by
+  ``to_device`` and may be kept as float16 or float32.
+
+Numerics every provider must match (``bitnet_core.testing`` checks them):
+
+- ``quantize_act``: per token (row) absmax to int8 as in BitNet b1.58:
+  ``s = 127 / max(max|x|, 1e-5)``, ``xq = clamp(round_half_even(x*s), -128, 127)``;
+- ``matmul_i2s``: ``y[t, n] = (sum_k xq[t, k] * codes[n, k]) * scales[n] / s[t]``
+  with exact integer accumulation;
+- ``rope``: rotation by ``pos * theta ** (-2i / rot_dim)``; style ``"neox"``
+  pairs ``(i, i + rot_dim/2)`` (Hugging Face ``rotate_half``), style ``"norm"``
+  pairs ``(2i, 2i+1)`` (GGML's default);
+- ``attention``: causal, grouped-query; query ``t`` sits at absolute position
+  ``start + t`` and sees cache positions ``0 .. start + t``; scale ``1/sqrt(D)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+from .weights import TernaryWeight
+
+DeviceKind = Literal["cpu", "gpu"]
+RopeStyle = Literal["neox", "norm"]
+
+#: Selection priorities of the known providers (lower wins), DESIGN.md section 3.
+PRIORITIES: dict[str, int] = {
+    "cuda": 10,
+    "opencl": 30,
+    "vulkan": 40,
+    "webgpu": 50,
+    "cpu-avx512": 60,
+    "cpu-avx2": 70,
+    "cpu-neon": 75,
+    "cpu-scalar": 90,
+    "cpu-reference": 100,
+}
+
+#: The ops of the protocol: seed 003's kernel inventory plus what a whole model needs.
+KERNEL_INVENTORY: tuple[str, ...] = (
+    "to_device",
+    "to_host",
+    "empty",
+    "load_ternary",
+    "embedding",
+    "rmsnorm",
+    "quantize_act",
+    "matmul_i2s",
+    "linear",
+    "matmul_ternary_float",
+    "matmul_dense",
+    "rope",
+    "kv_store",
+    "attention",
+    "silu",
+    "relu2",
+    "silu_mul",
+    "relu2_mul",
+    "add",
+    "mul",
+    "quantize",
+)
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Result of a provider's probe: can it run here, on what, and if not, why."""
+
+    available: bool
+    reason: str = ""
+    device: str = ""
+    fake: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def yes(cls, device: str, **details: Any) -> Availability:
+        return cls(True, "", device, False, details)
+
+    @classmethod
+    def no(cls, reason: str, **details: Any) -> Availability:
+        return cls(False, reason, "", False, details)
+
+
+@runtime_checkable
+class KernelProvider(Protocol):
+    """What a backend package implements (and registers under ``bitnet.providers``).
+
+    ``name`` is unique (``"cuda"``, ``"cpu-avx2"``); ``family`` is the device
+    request it answers (``"cuda"``, ``"opencl"``, ``"vulkan"``, ``"webgpu"``,
+    ``"cpu"``); ``device_kind`` is ``"cpu"`` or ``"gpu"``. ``probe`` must never
+    raise: it returns ``Availability.no(reason)`` instead. ``explicit`` is true
+    when the user asked for this provider by name or family, which may allow
+    devices auto-selection skips (a CPU OpenCL device, lavapipe).
+    """
+
+    name: str
+    family: str
+    device_kind: DeviceKind
+    priority: int
+
+    def probe(self, explicit: bool = False) -> Availability: ...
+
+    # memory
+    def to_device(self, array: np.ndarray) -> Any: ...
+    def to_host(self, array: Any) -> np.ndarray: ...
+    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> Any: ...
+    def load_ternary(self, weight: TernaryWeight) -> Any: ...
+
+    # ops
+    def embedding(self, table: Any, ids: np.ndarray) -> Any: ...
+    def rmsnorm(self, x: Any, weight: Any, eps: float) -> Any: ...
+    def quantize_act(self, x: Any) -> tuple[Any, Any]: ...
+    def matmul_i2s(self, xq: Any, xscale: Any, weight: Any) -> Any: ...
+    def linear(self, x: Any, weight: Any) -> Any: ...
+    def matmul_ternary_float(self, x: Any, weight: Any) -> Any: ...
+    def matmul_dense(self, x: Any, table: Any) -> Any: ...
+    def rope(
+        self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
+    ) -> Any: ...
+    def kv_store(self, cache: Any, x: Any, start: int) -> None: ...
+    def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> Any: ...
+    def silu(self, x: Any) -> Any: ...
+    def relu2(self, x: Any) -> Any: ...
+    def silu_mul(self, gate: Any, up: Any) -> Any: ...
+    def relu2_mul(self, gate: Any, up: Any) -> Any: ...
+    def add(self, a: Any, b: Any) -> Any: ...
+    def mul(self, a: Any, b: Any) -> Any: ...
+    def quantize(self, x: np.ndarray, qtype: str) -> Any: ...

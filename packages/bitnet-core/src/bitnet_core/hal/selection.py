@@ -1,0 +1,189 @@
+"""Device selection: from a request (``--device``, ``BITNET_DEVICE``, auto) to one provider.
+
+Requests:
+
+- ``auto``: the best available provider (GPU first by priority, then the best CPU);
+- ``cpu``: the best available CPU provider;
+- ``gpu``: the best available GPU provider, an error if there is none;
+- ``cuda``, ``opencl`` (alias ``ocl``), ``vulkan``, ``webgpu``: that family, an error if unavailable;
+- any provider name (``cpu-avx2``, ``cpu-reference``, ``fake-cuda``...): exactly that provider.
+
+A specific request that cannot be met raises ``DeviceUnavailableError`` naming
+the reason, never a silent switch. ``BITNET_STRICT_MODE=1`` ignores fake
+devices and turns auto's fallback past an installed-but-unavailable GPU
+provider into a ``StrictModeError``. Every selection is summarised as
+``requested=X detected=[...] selected=Y`` (``StartupSummary``), logged at
+info level, and cached per (request, environment).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+
+from ..errors import DeviceUnavailableError, StrictModeError, UnknownDeviceError
+from .registry import REGISTRY, ProviderRecord
+
+log = logging.getLogger("bitnet")
+
+FAMILIES = ("cuda", "opencl", "vulkan", "webgpu")
+ALIASES = {"ocl": "opencl", "wgpu": "webgpu", "gpu-any": "gpu"}
+GENERIC_REQUESTS = ("auto", "cpu", "gpu", *FAMILIES)
+
+
+def strict_mode() -> bool:
+    """True when ``BITNET_STRICT_MODE`` is set to a true value."""
+    return os.environ.get("BITNET_STRICT_MODE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class BackendRequest:
+    """A parsed device request and where it came from (flag, environment or default)."""
+
+    name: str
+    source: str = "default"
+
+    @classmethod
+    def parse(cls, device: str | None = None) -> BackendRequest:
+        """``--device`` wins, then ``BITNET_DEVICE``, then ``auto``."""
+        if device is not None and device.strip():
+            raw, source = device, "flag"
+        elif os.environ.get("BITNET_DEVICE", "").strip():
+            raw, source = os.environ["BITNET_DEVICE"], "env"
+        else:
+            raw, source = "auto", "default"
+        name = raw.strip().lower()
+        return cls(ALIASES.get(name, name), source)
+
+
+@dataclass(frozen=True)
+class StartupSummary:
+    """``requested=X detected=[...] selected=Y``: what was asked, seen and chosen."""
+
+    requested: str
+    detected: list[str]
+    selected: str
+    strict: bool = False
+    fake: bool = False
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"requested={self.requested} detected=[{','.join(self.detected)}] selected={self.selected}"
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["line"] = str(self)
+        return d
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The chosen provider and the summary of how it was chosen."""
+
+    record: ProviderRecord
+    summary: StartupSummary
+
+    @property
+    def provider(self):
+        return self.record.provider
+
+
+_CACHE: dict[tuple, Selection] = {}
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+#: The distribution that provides each device family, for the "install it" hint.
+DISTRIBUTIONS = {f: f"bitnet-{f}" for f in FAMILIES}
+
+
+def _reasons(records: list[ProviderRecord], explicit: bool, family: str = "") -> str:
+    if not records:
+        hint = (
+            f" (install {DISTRIBUTIONS[family]}: pip install 'bitnet[{family}]')"
+            if family in DISTRIBUTIONS
+            else ""
+        )
+        return "no provider of that kind is installed" + hint
+    return "; ".join(f"{r.name}: {r.probe(explicit).reason or 'unavailable'}" for r in records)
+
+
+def _is_known(name: str, records: list[ProviderRecord]) -> bool:
+    return name in GENERIC_REQUESTS or any(r.name == name for r in records)
+
+
+def select(device: str | None = None) -> Selection:
+    """Choose the provider for a request; raises a ``DeviceError`` when it cannot be met."""
+    request = BackendRequest.parse(device)
+    strict = strict_mode()
+    key = (request.name, strict, os.environ.get("BITNET_GPU_FAKE", ""))
+    if key in _CACHE:
+        return _CACHE[key]
+
+    records = REGISTRY.records()
+    if not _is_known(request.name, records):
+        known = ", ".join([*GENERIC_REQUESTS, "ocl", *(r.name for r in records)])
+        raise UnknownDeviceError(f"unknown device {request.name!r}; known: {known}")
+
+    def usable(rec: ProviderRecord, explicit: bool) -> bool:
+        avail = rec.probe(explicit)
+        return avail.available and not (strict and avail.fake)
+
+    if request.name == "auto":
+        candidates, explicit = records, False
+    elif request.name == "cpu":
+        candidates, explicit = [r for r in records if r.device_kind == "cpu"], False
+    elif request.name == "gpu":
+        candidates, explicit = [r for r in records if r.device_kind == "gpu"], False
+    elif request.name in FAMILIES:
+        candidates, explicit = [r for r in records if r.family == request.name], True
+    else:
+        candidates, explicit = [r for r in records if r.name == request.name], True
+
+    if strict and any(r.fake for r in candidates):
+        fakes = [r.name for r in candidates if r.fake]
+        if request.name not in ("auto", "cpu") and all(r.fake for r in candidates):
+            raise StrictModeError(
+                f"BITNET_STRICT_MODE=1 ignores fake devices ({', '.join(fakes)}); "
+                f"no real {request.name} device is available"
+            )
+
+    chosen = next((r for r in candidates if usable(r, explicit)), None)
+    detected = [r.name for r in records if usable(r, False)]
+    unavailable = {r.name: r.probe(explicit).reason for r in records if not usable(r, explicit)}
+
+    if chosen is None:
+        raise DeviceUnavailableError(
+            f"device {request.name!r} requested ({request.source}) but none is available: "
+            f"{_reasons([r for r in candidates if not (strict and r.fake)], explicit, request.name)}"
+        )
+    if strict and request.name == "auto":
+        skipped_gpus = [
+            r
+            for r in records
+            if r.device_kind == "gpu"
+            and not r.fake
+            and r.priority < chosen.priority
+            and not usable(r, False)
+        ]
+        if skipped_gpus:
+            raise StrictModeError(
+                "BITNET_STRICT_MODE=1 forbids falling back to "
+                f"{chosen.name}: {_reasons(skipped_gpus, False)}"
+            )
+
+    summary = StartupSummary(
+        requested=request.name,
+        detected=detected,
+        selected=chosen.name,
+        strict=strict,
+        fake=chosen.fake,
+        unavailable=unavailable,
+    )
+    log.info("%s", summary)
+    selection = Selection(chosen, summary)
+    _CACHE[key] = selection
+    return selection

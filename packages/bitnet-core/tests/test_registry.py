@@ -1,0 +1,268 @@
+"""The provider registry, selection, fakes, strict mode and the startup summary."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from bitnet_core.errors import (
+    ConfigError,
+    DeviceUnavailableError,
+    StrictModeError,
+    UnknownDeviceError,
+)
+from bitnet_core.hal import BackendRequest, list_providers, select
+
+PLUGIN_MODULE = textwrap.dedent(
+    """
+    from bitnet_core.providers.reference import ReferenceProvider
+    from bitnet_core.hal.provider import Availability
+
+    class GoodGpu(ReferenceProvider):
+        name = "testgpu"
+        family = "opencl"
+        device_kind = "gpu"
+        priority = 25
+
+        def probe(self, explicit=False):
+            return Availability.yes("test gpu 0")
+
+    class NoDevice(ReferenceProvider):
+        name = "testvk"
+        family = "vulkan"
+        device_kind = "gpu"
+        priority = 41
+
+        def probe(self, explicit=False):
+            return Availability.no("no Vulkan device with a compute queue")
+
+    class ProbeRaises(ReferenceProvider):
+        name = "testraise"
+        family = "webgpu"
+        device_kind = "gpu"
+        priority = 51
+
+        def probe(self, explicit=False):
+            raise RuntimeError("driver exploded")
+    """
+)
+
+ENTRY_POINTS = textwrap.dedent(
+    """
+    [bitnet.providers]
+    testgpu = bitnet_test_plugin:GoodGpu
+    testvk = bitnet_test_plugin:NoDevice
+    testraise = bitnet_test_plugin:ProbeRaises
+    testbroken = bitnet_test_broken:Provider
+    """
+)
+
+
+@pytest.fixture
+def installed_plugin(tmp_path, monkeypatch, clean_registry):
+    """Install a real distribution with ``bitnet.providers`` entry points onto sys.path.
+
+    It is what ``pip install`` leaves in site-packages (modules plus a
+    ``.dist-info`` folder), found by ``importlib.metadata`` like any other.
+    """
+    (tmp_path / "bitnet_test_plugin.py").write_text(PLUGIN_MODULE)
+    (tmp_path / "bitnet_test_broken.py").write_text(
+        "raise ImportError('libfoo.so.1: cannot open shared object file')\n"
+    )
+    info = tmp_path / "bitnet_test_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: bitnet-test-plugin\nVersion: 1.0\n"
+    )
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    clean_registry.refresh()
+    yield tmp_path
+    for mod in ("bitnet_test_plugin", "bitnet_test_broken"):
+        sys.modules.pop(mod, None)
+
+
+def by_name(records):
+    return {r.name: r for r in records}
+
+
+def test_reference_provider_always_listed(clean_registry):
+    recs = by_name(list_providers())
+    assert recs["cpu-reference"].availability.available
+    assert select().record.name in recs
+
+
+def test_entry_point_plugin_found_and_ranked(installed_plugin):
+    recs = list_providers()
+    names = [r.name for r in recs]
+    assert names.index("testgpu") < names.index("cpu-reference")
+    assert [r.priority for r in recs] == sorted(r.priority for r in recs)
+    sel = select("auto")
+    assert sel.record.name == "testgpu"
+    assert select("opencl").record.name == "testgpu"
+    assert select("ocl").record.name == "testgpu"
+    assert select("gpu").record.name == "testgpu"
+    assert select("cpu").record.device_kind == "cpu"
+
+
+def test_broken_plugin_is_unavailable_with_reason(installed_plugin):
+    recs = by_name(list_providers())
+    broken = recs["testbroken"]
+    assert not broken.availability.available
+    assert "libfoo.so.1" in broken.availability.reason
+    raising = recs["testraise"]
+    assert not raising.availability.available
+    assert "driver exploded" in raising.availability.reason
+    # the core keeps working
+    assert select("cpu-reference").record.name == "cpu-reference"
+
+
+def test_specific_unavailable_request_names_reason(installed_plugin):
+    with pytest.raises(DeviceUnavailableError, match="no Vulkan device with a compute queue"):
+        select("vulkan")
+
+
+def test_missing_family_is_clear_error(clean_registry):
+    with pytest.raises(DeviceUnavailableError, match="bitnet-cuda"):
+        select("cuda")
+
+
+def test_unknown_device(clean_registry):
+    with pytest.raises(UnknownDeviceError, match="unknown device 'tpu'"):
+        select("tpu")
+
+
+def test_request_sources(monkeypatch):
+    monkeypatch.setenv("BITNET_DEVICE", "OCL")
+    assert BackendRequest.parse(None) == BackendRequest("opencl", "env")
+    assert BackendRequest.parse("cpu") == BackendRequest("cpu", "flag")
+    monkeypatch.delenv("BITNET_DEVICE")
+    assert BackendRequest.parse(None) == BackendRequest("auto", "default")
+
+
+def test_env_device_used(clean_registry, monkeypatch):
+    monkeypatch.setenv("BITNET_DEVICE", "cpu-reference")
+    assert select().summary.requested == "cpu-reference"
+
+
+def test_fake_gpu_selected_for_selection_tests(clean_registry, monkeypatch):
+    monkeypatch.setenv("BITNET_GPU_FAKE", "cuda,vulkan")
+    clean_registry.refresh()
+    sel = select("auto")
+    assert sel.record.name == "fake-cuda"
+    assert sel.summary.fake
+    assert select("vulkan").record.name == "fake-vulkan"
+
+
+def test_strict_mode_rejects_fake_gpu(clean_registry, monkeypatch):
+    monkeypatch.setenv("BITNET_GPU_FAKE", "cuda")
+    monkeypatch.setenv("BITNET_STRICT_MODE", "1")
+    clean_registry.refresh()
+    with pytest.raises(StrictModeError) as err:
+        select("cuda")
+    assert err.value.exit_code == 8
+    # auto ignores the fake and picks a real CPU provider
+    assert not select("auto").record.fake
+
+
+def test_strict_mode_forbids_fallback_past_unavailable_gpu(installed_plugin, monkeypatch):
+    monkeypatch.setenv("BITNET_STRICT_MODE", "1")
+    # testgpu (priority 25) is available, so auto is fine ...
+    assert select("auto").record.name == "testgpu"
+    # ... but asking for the CPU while GPUs are unavailable is not a fallback
+    assert select("cpu").record.device_kind == "cpu"
+
+
+def test_strict_auto_fallback_error(clean_registry, monkeypatch, tmp_path):
+    (tmp_path / "bitnet_only_broken.py").write_text(
+        "from bitnet_core.providers.reference import ReferenceProvider\n"
+        "from bitnet_core.hal.provider import Availability\n"
+        "class P(ReferenceProvider):\n"
+        "    name='onlygpu'; family='cuda'; device_kind='gpu'; priority=10\n"
+        "    def probe(self, explicit=False):\n"
+        "        return Availability.no('no NVIDIA driver')\n"
+    )
+    info = tmp_path / "bitnet_only_broken-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: bitnet-only-broken\nVersion: 1.0\n"
+    )
+    (info / "entry_points.txt").write_text("[bitnet.providers]\nonlygpu = bitnet_only_broken:P\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    clean_registry.refresh()
+    assert select("auto").record.device_kind == "cpu"  # non-strict: falls back
+    monkeypatch.setenv("BITNET_STRICT_MODE", "1")
+    with pytest.raises(StrictModeError, match="no NVIDIA driver"):
+        select("auto")
+    sys.modules.pop("bitnet_only_broken", None)
+
+
+def test_bad_fake_spec(clean_registry, monkeypatch):
+    monkeypatch.setenv("BITNET_GPU_FAKE", "tpu")
+    clean_registry.refresh()
+    with pytest.raises(ConfigError, match="BITNET_GPU_FAKE"):
+        list_providers()
+
+
+def test_summary_logged_and_recorded(clean_registry, caplog):
+    with caplog.at_level(logging.INFO, logger="bitnet"):
+        sel = select("cpu")
+    line = str(sel.summary)
+    assert line.startswith("requested=cpu detected=[")
+    assert line.endswith(f"selected={sel.record.name}")
+    assert line in caplog.text
+    assert sel.summary.as_dict()["line"] == line
+
+
+def test_selection_is_cached(clean_registry):
+    assert select("cpu") is select("cpu")
+
+
+def run_cli(*args, env=None):
+    import os
+
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("BITNET_")}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "bitnet_core.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
+    )
+
+
+def test_cli_devices_prints_summary():
+    r = run_cli("devices")
+    assert r.returncode == 0, r.stderr
+    assert "cpu-reference" in r.stdout
+    assert "requested=auto detected=[" in r.stdout
+
+
+def test_cli_devices_json():
+    import json
+
+    r = run_cli("devices", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["summary"]["line"].startswith("requested=auto")
+    assert any(p["name"] == "cpu-reference" and p["available"] for p in data["providers"])
+
+
+def test_cli_cuda_without_cuda_fails_clearly():
+    r = run_cli("devices", "--device", "cuda")
+    assert r.returncode != 0
+    assert "error: device 'cuda' requested" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_strict_fake_exit_8():
+    r = run_cli(
+        "devices", "--device", "cuda", env={"BITNET_GPU_FAKE": "cuda", "BITNET_STRICT_MODE": "1"}
+    )
+    assert r.returncode == 8
+    assert "fake" in r.stderr
