@@ -76,7 +76,7 @@ def naive_logits(weights, ids, act_quant: bool) -> np.ndarray:
     x = d[names.TOKEN_EMBD][ids]
     eps = cfg.rms_norm_eps
     for i in range(cfg.num_layers):
-        n = lambda key: key.format(i=i)  # noqa: E731
+        n = lambda key, i=i: key.format(i=i)  # noqa: E731
         h = _rms(x, d[n(names.ATTN_NORM)], eps)
         q = lin(h, n(names.ATTN_Q)).reshape(T, cfg.num_heads, hd)
         k = lin(h, n(names.ATTN_K)).reshape(T, cfg.num_kv_heads, hd)
