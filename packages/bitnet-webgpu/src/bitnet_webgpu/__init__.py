@@ -1,7 +1,6 @@
 """bitnet-webgpu: the WebGPU kernel provider of bitnet (WGSL shaders through wgpu)."""
 
-from bitnet_core import __version__
-
+from ._version import __version__
 from .provider import WebGPUProvider
 
 __all__ = ["WebGPUProvider", "__version__"]
