@@ -132,7 +132,7 @@ def byte_tokenizer_metadata(vocab_size: int) -> dict[str, Any]:
     """GGUF ``tokenizer.*`` metadata of a byte-level GPT-2 BPE vocabulary of ``vocab_size`` tokens.
 
     Ids 0-255 are the bytes, then a few merges, ``<|bos|>``, ``<|eos|>``,
-    and ``<|unused_N|>`` control tokens up to ``vocab_size`` (at least 266).
+    and ``<|unused_N|>`` control tokens up to ``vocab_size`` (at least 265).
     """
     byte_tokens = list(_bytes_to_unicode().values())
     merged = [a + b for a, b in _MERGES]
