@@ -246,3 +246,15 @@ def test_model_generation_is_seeded_and_stops_at_the_context():
     assert model.last_stats.finish_reason == "context"
     with pytest.raises(ContextLengthError):
         model.generate_ids(list(range(1, 70)), max_tokens=1)
+
+
+class NoReshapeBoxProvider(BoxProvider):
+    reshape = None  # neither the provider nor its arrays can reshape
+
+
+def test_provider_without_reshape_still_runs_through_the_host(caplog):
+    w = random_weights(tiny(), seed=5)
+    ids = np.arange(1, 9)
+    got = GenericBackend(NoReshapeBoxProvider(), w).logits(ids)
+    np.testing.assert_array_equal(got, GenericBackend(ReferenceProvider(), w).logits(ids))
+    assert sum("implement KernelProvider.reshape" in r.message for r in caplog.records) == 1

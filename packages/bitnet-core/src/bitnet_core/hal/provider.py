@@ -25,6 +25,17 @@ Numerics every provider must match (``bitnet_core.testing`` checks them):
   pairs ``(2i, 2i+1)`` (GGML's default);
 - ``attention``: causal, grouped-query; query ``t`` sits at absolute position
   ``start + t`` and sees cache positions ``0 .. start + t``; scale ``1/sqrt(D)``.
+
+Optional members (``OPTIONAL_OPS``; the generic engine, ``bitnet_core.model``,
+uses them when present):
+
+- ``reshape(x, shape)``: the same row-major data under a new shape (the
+  engine moves activations between ``[T, H*D]`` and ``[T, H, D]``); without
+  it the engine calls ``x.reshape(shape)``, and failing that reshapes through
+  the host (correct, slow, warned once);
+- ``make_backend(weights, **opts)``: a fused Level-2 backend, or None;
+- ``set_threads(n)``: CPU threads (``bitnet run --threads``);
+- ``kernel_names()``: the kernels a receipt lists (default: the ops above).
 """
 
 from __future__ import annotations
@@ -76,6 +87,9 @@ KERNEL_INVENTORY: tuple[str, ...] = (
     "mul",
     "quantize",
 )
+
+#: Members a provider may have; see the module docstring.
+OPTIONAL_OPS: tuple[str, ...] = ("reshape", "make_backend", "set_threads", "kernel_names")
 
 
 @dataclass(frozen=True)

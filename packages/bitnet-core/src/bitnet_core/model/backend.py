@@ -21,11 +21,15 @@ T = 1) and only the logits come back to the host. With
 
 Device arrays are opaque except for one thing: the backend reshapes them
 between ``[T, H*D]`` and ``[T, H, D]``, through ``provider.reshape(x, shape)``
-when the provider has it, else ``x.reshape(shape)`` (row-major views).
+when the provider has it (the optional op of ``hal/provider.py``), else
+``x.reshape(shape)`` (row-major views); a provider with neither gets a host
+round trip per reshape, correct but slow, and a warning once.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -34,6 +38,32 @@ from ..errors import ShapeError
 from .kv_cache import KVCache, KVCacheConfig, Sequence
 from .memory_pool import MemoryPool
 from .weights import DeviceWeights, ModelWeights, check_token_ids
+
+log = logging.getLogger("bitnet")
+
+
+def make_reshape(provider: Any) -> Callable[[Any, tuple[int, ...]], Any]:
+    """The row-major reshape of device arrays for ``provider`` (see the module docstring)."""
+    own = getattr(provider, "reshape", None)
+    if callable(own):
+        return own
+    warned = False
+
+    def reshape(x: Any, shape: tuple[int, ...]) -> Any:
+        nonlocal warned
+        method = getattr(x, "reshape", None)
+        if callable(method):
+            return method(shape)
+        if not warned:
+            log.warning(
+                "provider %s has no reshape(x, shape) and its arrays no .reshape: "
+                "reshaping through the host (slow); implement KernelProvider.reshape",
+                getattr(provider, "name", type(provider).__name__),
+            )
+            warned = True
+        return provider.to_device(np.ascontiguousarray(provider.to_host(x)).reshape(shape))
+
+    return reshape
 
 
 class GenericBackend:
@@ -64,7 +94,7 @@ class GenericBackend:
             free=self.pool.release,
             copy=lambda dst, src: provider.kv_store(dst, src, 0),
         )
-        self._reshape = getattr(provider, "reshape", None) or (lambda x, shape: x.reshape(shape))
+        self._reshape = make_reshape(provider)
         self._ffn = provider.silu_mul if cfg.ffn_activation == "silu" else provider.relu2_mul
         self._lin = provider.linear if quantize_activations else provider.matmul_ternary_float
 
