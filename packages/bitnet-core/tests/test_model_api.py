@@ -144,3 +144,19 @@ def test_fake_device_receipt_rejected_in_strict_mode(monkeypatch, clean_registry
     with pytest.raises(StrictModeError) as info:
         validate(r, strict=True)
     assert info.value.exit_code == 8
+
+
+def test_session_reuses_the_cached_prefix(model):
+    sess = model.session()
+    first = model.generate_ids("Hello", max_tokens=5, temperature=0, session=sess)
+    assert model.last_stats.cached_tokens == 0
+    turn2 = model.encode("Hello") + first + list(b" more")
+    again = model.generate_ids(turn2, max_tokens=5, temperature=0, session=sess)
+    # everything but the last sampled token (never forwarded) came from the cache
+    assert model.last_stats.cached_tokens == len(model.encode("Hello")) + len(first) - 1
+    assert again == model.generate_ids(turn2, max_tokens=5, temperature=0)  # same as fresh
+    diverged = model.encode("Help") + [1, 2]
+    x = model.generate_ids(diverged, max_tokens=3, temperature=0, session=sess)
+    assert model.last_stats.cached_tokens == 4  # <bos> H e l
+    assert x == model.generate_ids(diverged, max_tokens=3, temperature=0)
+    sess.close()

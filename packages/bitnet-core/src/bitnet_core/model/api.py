@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import ConfigError, ModelFileError, TokenizerError
 from ..hal.selection import Selection, StartupSummary, select
 from .backend import GenericBackend
-from .generation import GenerationStats, generate_tokens, stream_text
+from .generation import GenerationStats, Session, generate_tokens, stream_text
 from .kv_cache import KVCacheConfig
 from .sampling import SamplingParams
 from .weights import ModelWeights
@@ -183,15 +183,25 @@ class Model:
             prompt = prompt.reshape(-1).tolist()
         return [int(t) for t in prompt]
 
+    def session(self) -> Session:
+        """A KV-cache sequence kept across calls (``stream(..., session=s)``): a chat
+        re-sends the whole conversation and only the new suffix is computed."""
+        return Session(self.backend)
+
     def stream_ids(
-        self, prompt: str | Sequence[int], max_tokens: int = 128, **sampling: Any
+        self,
+        prompt: str | Sequence[int],
+        max_tokens: int = 128,
+        *,
+        session: Session | None = None,
+        **sampling: Any,
     ) -> Iterator[int]:
         """Sampled token ids one by one (no text; works without a tokenizer)."""
         params = SamplingParams.from_kwargs(max_tokens=max_tokens, **sampling)
         ids = self._prompt_ids(prompt)
         self.last_stats, self.last_params = GenerationStats(), params
         return generate_tokens(
-            self.backend, ids, params, eos_ids=self.eos_ids, stats=self.last_stats
+            self.backend, ids, params, eos_ids=self.eos_ids, stats=self.last_stats, session=session
         )
 
     def generate_ids(
@@ -200,7 +210,12 @@ class Model:
         return list(self.stream_ids(prompt, max_tokens, **sampling))
 
     def stream(
-        self, prompt: str | Sequence[int], max_tokens: int = 128, **sampling: Any
+        self,
+        prompt: str | Sequence[int],
+        max_tokens: int = 128,
+        *,
+        session: Session | None = None,
+        **sampling: Any,
     ) -> Iterator[str]:
         """Text pieces as they are generated (stop strings cut the text and end generation)."""
         tok = self._need_tokenizer()
@@ -208,7 +223,7 @@ class Model:
         ids = self._prompt_ids(prompt)
         self.last_stats, self.last_params = GenerationStats(), params
         tokens = generate_tokens(
-            self.backend, ids, params, eos_ids=self.eos_ids, stats=self.last_stats
+            self.backend, ids, params, eos_ids=self.eos_ids, stats=self.last_stats, session=session
         )
         return stream_text(tokens, tok.decode, ids, params.stop, self.last_stats)
 

@@ -99,6 +99,18 @@ class Sequence:
             )
         self.length += n
 
+    def truncate(self, n: int) -> None:
+        """Forget every token from position ``n`` on (keeps the memory for reuse)."""
+        if not 0 <= n <= self.length:
+            raise ContextLengthError(
+                f"sequence {self.id}: cannot truncate {self.length} tokens to {n}"
+            )
+        self.length = n
+
+    @property
+    def usable(self) -> bool:
+        return not (self.evicted or self.closed)
+
     def close(self) -> None:
         """Give the sequence's blocks back to the cache."""
         self.cache.release(self)

@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     messages: list[dict] = []
     if args.system:
         messages.append({"role": "system", "content": args.system})
+    session = model.session()  # the conversation's KV cache: each turn computes only new tokens
     interactive = sys.stdin.isatty()
     if interactive:
         print("bitnet chat: empty line or Ctrl-D to quit", file=sys.stderr)
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         messages.append({"role": "user", "content": line.rstrip("\n")})
         prompt = model.chat_prompt(messages)
         reply = []
-        for piece in model.stream(prompt, **sampling):
+        for piece in model.stream(prompt, session=session, **sampling):
             reply.append(piece)
             sys.stdout.write(piece)
             sys.stdout.flush()
