@@ -74,3 +74,66 @@ __all__ = [
     "gpt2_vocab",
     "random_tensors",
 ]
+
+
+# --- hand-built GGUF bytes (for hostile and sparse files) -----------------------
+
+_FMT = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
+STRING, ARRAY, UINT32, FLOAT32 = 8, 9, 4, 6
+
+
+def _value(vtype: int, value: object) -> bytes:
+    import struct
+
+    if vtype in _FMT:
+        return struct.pack(_FMT[vtype], value)
+    if vtype == STRING:
+        b = value.encode() if isinstance(value, str) else bytes(value)
+        return struct.pack("<Q", len(b)) + b
+    itype, items = value  # ARRAY: (item type, list)
+    return struct.pack("<IQ", itype, len(items)) + b"".join(_value(itype, i) for i in items)
+
+
+def gguf_blob(
+    kvs: list[tuple[str, int, object]],
+    tensors: list[tuple[str, tuple[int, ...], int, int]],
+    data: bytes = b"",
+    *,
+    magic: bytes = b"GGUF",
+    version: int = 3,
+    n_tensors: int | None = None,
+    n_kv: int | None = None,
+    alignment: int = 32,
+) -> bytes:
+    """GGUF bytes from parts: ``kvs`` (key, type id, value), ``tensors`` (name, ggml dims, type, offset)."""
+    import struct
+
+    out = bytearray(magic + struct.pack("<I", version))
+    out += struct.pack(
+        "<QQ", len(tensors) if n_tensors is None else n_tensors, len(kvs) if n_kv is None else n_kv
+    )
+    for key, vt, val in kvs:
+        out += _value(STRING, key) + struct.pack("<I", vt) + _value(vt, val)
+    for name, dims, ttype, offset in tensors:
+        out += _value(STRING, name) + struct.pack("<I", len(dims))
+        out += b"".join(struct.pack("<Q", d) for d in dims) + struct.pack("<IQ", ttype, offset)
+    out += b"\0" * (-len(out) % alignment)
+    return bytes(out) + data
+
+
+def one_tensor_blob(**kw: object) -> bytes:
+    """A valid container: one F32 tensor of 8 values, arch 'test'."""
+    kvs = [("general.architecture", STRING, "test")]
+    return gguf_blob(kvs, [("t.weight", (4, 2), 0, 0)], bytes(32), **kw)  # type: ignore[arg-type]

@@ -22,17 +22,32 @@ from .container import GGUFFile
 from .metadata import check_shapes, config_from_metadata, scale_tensor_name
 
 
-class ScaledCodec:
-    """A codec whose per-row scales are multiplied by llama.cpp's ``.scale`` tensor."""
+class FileCodec:
+    """The codec of one tensor of one file: errors name both, ``.scale`` multiplies.
 
-    def __init__(self, inner: Codec, factor: np.ndarray) -> None:
+    Providers that compute on ``TernaryWeight.raw`` must take the per-row
+    scales from ``TernaryWeight.scales()``: they include llama.cpp's optional
+    ``blk.N.<name>.scale`` factor, which the raw blocks do not.
+    """
+
+    def __init__(self, inner: Codec, factor: np.ndarray | None, path: Path, tensor: str) -> None:
         self.inner = inner
-        self.factor = np.asarray(factor, dtype=np.float32).reshape(-1)
+        self.factor = None if factor is None else np.asarray(factor, np.float32).reshape(-1)
         self.name = inner.name
+        self.path = path
+        self.tensor = tensor
 
     def unpack(self, raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
-        codes, scales = self.inner.unpack(raw, rows, cols)
-        return codes, (scales * self.factor).astype(np.float32)
+        try:
+            codes, scales = self.inner.unpack(raw, rows, cols)
+        except BitnetError as exc:
+            if isinstance(exc, ModelFileError) and exc.path:
+                raise
+            cls = type(exc) if isinstance(exc, ModelFileError) else ModelFileError
+            raise cls(f"tensor {self.tensor!r}: {exc}", self.path) from None
+        if self.factor is not None:
+            scales = (scales * self.factor).astype(np.float32)
+        return codes, scales
 
 
 class ModelFile(GGUFFile):
@@ -56,7 +71,7 @@ class ModelFile(GGUFFile):
             raise ModelFileError(f"scale tensor {sname!r} is not finite", self.path)
         return f
 
-    def codec(self, name: str) -> Codec | ScaledCodec:
+    def codec(self, name: str) -> FileCodec:
         """The codec that unpacks tensor ``name`` (with its ``.scale`` applied)."""
         info = self.tensor_info(name)
         if info.codec is None or len(info.shape) != 2:
@@ -73,8 +88,8 @@ class ModelFile(GGUFFile):
                     f"QK256 tensor {name!r} has no scale tensor {scale_tensor_name(name)!r}",
                     self.path,
                 )
-            return codec.with_scales(factor)  # type: ignore[attr-defined]
-        return codec if factor is None else ScaledCodec(codec, factor)
+            codec, factor = codec.with_scales(factor), None  # type: ignore[attr-defined]
+        return FileCodec(codec, factor, self.path, name)
 
     def ternary(self, name: str) -> TernaryWeight:
         """Tensor ``name`` as a ``TernaryWeight`` whose ``raw`` is a view of the file."""
@@ -85,12 +100,7 @@ class ModelFile(GGUFFile):
 
     def unpack(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """``(codes, scales)`` of a ternary tensor, errors naming the file and tensor."""
-        try:
-            return self.ternary(name).unpack()
-        except ModelFileError:
-            raise
-        except BitnetError as exc:
-            raise ModelFileError(f"tensor {name!r}: {exc}", self.path) from None
+        return self.ternary(name).unpack()
 
 
 def open_model_file(path: str | os.PathLike[str]) -> ModelFile:
