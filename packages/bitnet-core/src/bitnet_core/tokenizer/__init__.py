@@ -8,7 +8,8 @@ See docs/TOKENIZER.md.
 """
 
 from .core import Tokenizer
+from .hf import tokenizer_metadata_from_hf
 from .metadata import TokenType, VocabSpec
 from .stream import StreamDecoder
 
-__all__ = ["StreamDecoder", "TokenType", "Tokenizer", "VocabSpec"]
+__all__ = ["StreamDecoder", "TokenType", "Tokenizer", "VocabSpec", "tokenizer_metadata_from_hf"]
