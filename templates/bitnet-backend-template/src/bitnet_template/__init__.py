@@ -5,6 +5,7 @@ Installed next to bitnet-core, it registers ``TemplateProvider`` under the
 ``--device template`` selects it.
 """
 
+from ._version import __version__
 from .provider import TemplateProvider
 
-__all__ = ["TemplateProvider"]
+__all__ = ["TemplateProvider", "__version__"]
