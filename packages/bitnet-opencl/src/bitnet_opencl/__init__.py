@@ -1,0 +1,10 @@
+"""bitnet-opencl: the ``opencl`` kernel provider of bitnet (OpenCL C kernels through PyOpenCL)."""
+
+from __future__ import annotations
+
+from bitnet_core._version import __version__
+
+from .buffers import CLArray
+from .provider import OpenCLProvider
+
+__all__ = ["CLArray", "OpenCLProvider", "__version__"]
