@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bitnet_core._version import __version__
+from ._version import __version__
 
 from .buffers import CLArray
 from .provider import OpenCLProvider
