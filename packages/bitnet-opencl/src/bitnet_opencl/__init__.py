@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ._version import __version__
-
 from .buffers import CLArray
 from .provider import OpenCLProvider
 

@@ -12,12 +12,13 @@ is retried with the base options and the failure is kept in ``notes``.
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from bitnet_core.errors import ProviderError
+from bitnet_core.errors import ConfigError, ProviderError
 
 from .device import DeviceInfo
 
@@ -78,8 +79,24 @@ def _supports_opencl_c3(cl: Any, dev: Any, info: DeviceInfo) -> bool:
         return "OpenCL C 3." in str(getattr(dev, "opencl_c_version", ""))
 
 
+ENV_DISABLE = "BITNET_OPENCL_DISABLE"
+FEATURE_NAMES = ("fp64", "subgroups", "dot8", "fp16", "correctly_rounded_div")
+
+
+def disabled_features() -> set[str]:
+    """Features switched off by ``BITNET_OPENCL_DISABLE=fp64,subgroups,...`` (debugging, tests)."""
+    raw = os.environ.get(ENV_DISABLE, "")
+    names = {n.strip().lower() for n in raw.split(",") if n.strip()}
+    unknown = names - set(FEATURE_NAMES) - {"all"}
+    if unknown:
+        raise ConfigError(
+            f"{ENV_DISABLE}: unknown feature(s) {sorted(unknown)}; known: {', '.join(FEATURE_NAMES)}"
+        )
+    return set(FEATURE_NAMES) if "all" in names else names
+
+
 def detect_features(cl: Any, dev: Any, info: DeviceInfo) -> Features:
-    """What ``dev`` offers (queries never raise; a failed query means "no")."""
+    """What ``dev`` offers, less ``BITNET_OPENCL_DISABLE`` (a failed query means "no")."""
     ext = info.extensions
     try:
         crdiv = bool(
@@ -88,12 +105,14 @@ def detect_features(cl: Any, dev: Any, info: DeviceInfo) -> Features:
     except Exception:
         crdiv = False
     c3 = _supports_opencl_c3(cl, dev, info)
+    off = disabled_features()
     return Features(
-        fp64="cl_khr_fp64" in ext,
-        subgroups="cl_khr_subgroups" in ext or "cl_intel_subgroups" in ext,
-        dot8="cl_khr_integer_dot_product" in ext and c3,
-        fp16="cl_khr_fp16" in ext,
-        correctly_rounded_div=crdiv,
+        fp64="cl_khr_fp64" in ext and "fp64" not in off,
+        subgroups=("cl_khr_subgroups" in ext or "cl_intel_subgroups" in ext)
+        and "subgroups" not in off,
+        dot8="cl_khr_integer_dot_product" in ext and c3 and "dot8" not in off,
+        fp16="cl_khr_fp16" in ext and "fp16" not in off,
+        correctly_rounded_div=crdiv and "correctly_rounded_div" not in off,
         opencl_c3=c3,
     )
 
