@@ -225,3 +225,25 @@ def test_quantize_act_scales_correctly_rounded_many_rows(vk, ref):
     rq, rs = ref.quantize_act(x)
     assert np.array_equal(vk.to_host(xs), rs)
     assert np.array_equal(vk.to_host(xq), rq)
+
+
+@pytest.mark.parametrize("layout", [(32, 4), (8, 16), (1, 64), (64, 1)])
+def test_matmul_workgroup_layouts(vk, ref, monkeypatch, layout):
+    """Every matmul shader is right for the GPU and the CPU-device workgroup shapes alike."""
+    import bitnet_vulkan.provider as provider_module
+
+    monkeypatch.setattr(provider_module, "MATMUL_CPU", layout)
+    monkeypatch.setattr(provider_module, "MATMUL_GPU", layout)
+    w = ternary(70, 45)
+    x = RNG.standard_normal((3, 45)).astype(np.float32)
+    table = RNG.standard_normal((70, 45)).astype(np.float16)
+    close(
+        vk.to_host(vk.linear(x, vk.load_ternary(w))),
+        ref.linear(x, ref.load_ternary(w)),
+        rtol=1e-6,
+        atol=1e-7,
+    )
+    want = ref.matmul_ternary_float(x, ref.load_ternary(w))
+    close(vk.to_host(vk.matmul_ternary_float(x, vk.load_ternary(w))), want, rtol=1e-5, atol=1e-6)
+    want = ref.matmul_dense(x, table)
+    close(vk.to_host(vk.matmul_dense(x, vk.to_device(table))), want, rtol=1e-5, atol=1e-6)

@@ -33,8 +33,12 @@ from .pipelines import PipelineCache, spirv_modules
 from .stream import CommandStream, pack_push
 
 ACT_EPS = 1e-5
-MATMUL_LX, MATMUL_ROWS = 32, 4
+#: matmul threads a row x rows a workgroup: GPUs (warp-sized rows) and CPU devices (lavapipe)
+MATMUL_GPU = (32, 4)
+MATMUL_CPU = (8, 16)
 ELEMENTWISE_WG = 256
+#: CPU devices (lavapipe) pay per workgroup: a few large ones, each looping, run faster.
+CPU_DEVICE_GROUPS = int(os.environ.get("BITNET_VULKAN_CPU_GROUPS", "64"))
 ATTENTION_SLOTS = 4  # MAX_SLOTS in attention.comp
 ELEMENTWISE_OPS = {"silu": 0, "relu2": 1, "silu_mul": 2, "relu2_mul": 3, "add": 4, "mul": 5}
 
@@ -177,7 +181,10 @@ class VulkanProvider:
         self.stream.dispatch(pipe, bufs, push, groups)
 
     def _groups(self, n: int, per_group: int) -> int:
-        return max(1, min(-(-n // per_group), self.context.info.limits["max_workgroup_count_x"]))
+        """Workgroups for ``n`` items (the shaders loop over the rest): few on CPU devices."""
+        info = self.context.info
+        cap = CPU_DEVICE_GROUPS if info.is_cpu else info.limits["max_workgroup_count_x"]
+        return max(1, min(-(-n // per_group), cap))
 
     # --- memory -----------------------------------------------------------------------
     def to_device(self, array: np.ndarray) -> VulkanArray:
@@ -319,10 +326,15 @@ class VulkanProvider:
         )
         return xq, xs
 
+    @property
+    def _matmul_cfg(self) -> tuple[int, int]:
+        return MATMUL_CPU if self.context.info.is_cpu else MATMUL_GPU
+
     def _matmul_groups(self, rows: int, tokens: int) -> tuple[int, int, int]:
         lim = self.context.info.limits
+        cap = CPU_DEVICE_GROUPS if self.context.info.is_cpu else lim["max_workgroup_count_x"]
         return (
-            max(1, min(-(-rows // MATMUL_ROWS), lim["max_workgroup_count_x"])),
+            max(1, min(-(-rows // self._matmul_cfg[1]), cap)),
             max(1, min(tokens, lim["max_workgroup_count_y"])),
             1,
         )
@@ -348,7 +360,7 @@ class VulkanProvider:
             [xq, xscale, weight.codes, weight.scales, out],
             pack_push("III", weight.rows, tokens, weight.words_per_row),
             self._matmul_groups(weight.rows, tokens),
-            (MATMUL_LX, MATMUL_ROWS),
+            self._matmul_cfg,
         )
         return out
 
@@ -371,7 +383,7 @@ class VulkanProvider:
             [x, weight.codes, weight.scales, out],
             pack_push("IIII", weight.rows, tokens, weight.words_per_row, weight.cols),
             self._matmul_groups(weight.rows, tokens),
-            (MATMUL_LX, MATMUL_ROWS),
+            self._matmul_cfg,
         )
         return out
 
@@ -391,7 +403,7 @@ class VulkanProvider:
             [x, table, out],
             pack_push("III", n, tokens, x.shape[1]),
             self._matmul_groups(n, tokens),
-            (MATMUL_LX, MATMUL_ROWS, int(table.dtype == np.float16)),
+            (*self._matmul_cfg, int(table.dtype == np.float16)),
         )
         return out
 
