@@ -18,7 +18,6 @@ from bitnet_core.errors import (
 from bitnet_core.hal import REGISTRY
 from bitnet_core.model import Model, random_weights
 from bitnet_core.model.api import resolve_model_path
-from bitnet_core.model.random import BYTE_CHAT_TEMPLATE
 from bitnet_core.model.receipt import read_receipt, validate, write_receipt
 
 CFG = BitNetConfig(
@@ -36,10 +35,9 @@ class ByteTokenizer:
     """Bytes as ids 0-255, BOS 256, EOS 257 (stands in for the GGUF tokenizer in these tests)."""
 
     bos_id, eos_id, vocab_size = 256, 257, 260
-    chat_template = BYTE_CHAT_TEMPLATE
 
-    def encode(self, text: str, add_bos: bool = True) -> list[int]:
-        return ([self.bos_id] if add_bos else []) + list(text.encode("utf-8"))
+    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
+        return ([self.bos_id] if add_bos is not False else []) + list(text.encode("utf-8"))
 
     def decode(self, ids) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
@@ -78,11 +76,6 @@ def test_logits_shape_and_prefix_consistency(model):
     b = model.logits(np.array([256, 72]))
     assert a.shape == (4, CFG.vocab_size) and a.dtype == np.float32
     np.testing.assert_allclose(a[:2], b, rtol=1e-5, atol=1e-5)
-
-
-def test_chat_prompt_uses_the_template(model):
-    prompt = model.chat_prompt([{"role": "user", "content": "yo"}])
-    assert prompt == "<|user|>yo\n<|assistant|>"
 
 
 def test_no_tokenizer_is_a_clear_error():

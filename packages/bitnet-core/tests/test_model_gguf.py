@@ -59,3 +59,15 @@ def test_no_act_quant_switch_through_load(tmp_path):
     la, lb = a.logits(IDS), b.logits(IDS)
     assert not np.array_equal(la, lb)
     assert np.linalg.norm(la - lb) / np.linalg.norm(la) < 0.05
+
+
+def test_chat_prompt_from_the_file_template(tmp_path):
+    path = random_model_file(tmp_path / "m.gguf", CFG, seed=3)
+    model = bitnet_core.load(path, "cpu-reference", progress=False)
+    msgs = [{"role": "user", "content": "yo"}]
+    assert model.chat_prompt(msgs) == "<|user|>yo\n<|assistant|>"
+    ids = model.chat_ids(msgs)
+    assert ids.count(model.tokenizer.bos_id) == 1  # the file asks for BOS
+    assert model.tokenizer.eos_id in model.eos_ids
+    reply = model.generate(ids, max_tokens=4, temperature=0)
+    assert isinstance(reply, str)

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         if not line or not line.strip():
             return 0
         messages.append({"role": "user", "content": line.rstrip("\n")})
-        prompt = model.chat_prompt(messages)
+        prompt = model.chat_ids(messages)
         reply = []
         for piece in model.stream(prompt, session=session, **sampling):
             reply.append(piece)
