@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -111,6 +113,9 @@ def test_receipt_roundtrip_and_validation(model, tmp_path):
     assert r["startup"]["line"].startswith("requested=cpu-reference")
     path = tmp_path / "r.json"
     write_receipt(path, r)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask  # not mkstemp's 0600
     assert read_receipt(path) == json.loads(path.read_text())
     for broken in (
         {k: v for k, v in r.items() if k != "throughput"},
