@@ -258,3 +258,17 @@ def test_provider_without_reshape_still_runs_through_the_host(caplog):
     got = GenericBackend(NoReshapeBoxProvider(), w).logits(ids)
     np.testing.assert_array_equal(got, GenericBackend(ReferenceProvider(), w).logits(ids))
     assert sum("implement KernelProvider.reshape" in r.message for r in caplog.records) == 1
+
+
+def test_concurrent_generations_match_sequential_ones():
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = Model.from_weights(random_weights(tiny(), seed=4), "cpu-reference")
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]
+    sequential = [model.generate_ids(p, max_tokens=8, temperature=0) for p in prompts]
+    with ThreadPoolExecutor(4) as pool:
+        parallel = list(
+            pool.map(lambda p: model.generate_ids(p, max_tokens=8, temperature=0), prompts)
+        )
+    assert parallel == sequential
+    assert model.backend.kv.stats()["sequences"] == 0

@@ -29,6 +29,7 @@ round trip per reshape, correct but slow, and a warning once.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -95,6 +96,7 @@ class GenericBackend:
             copy=lambda dst, src: provider.kv_store(dst, src, 0),
         )
         self._reshape = make_reshape(provider)
+        self._lock = threading.Lock()  # one forward at a time: the device and cache are shared
         self._ffn = provider.silu_mul if cfg.ffn_activation == "silu" else provider.relu2_mul
         self._lin = provider.linear if quantize_activations else provider.matmul_ternary_float
 
@@ -107,7 +109,14 @@ class GenericBackend:
         return self.kv.new_sequence(max_tokens)
 
     def forward(self, token_ids: Any, cache: Sequence, all_logits: bool = False) -> np.ndarray:
-        """Append ``token_ids`` to ``cache``; float32 logits ``[T, vocab]`` or ``[vocab]`` (last)."""
+        """Append ``token_ids`` to ``cache``; float32 logits ``[T, vocab]`` or ``[vocab]`` (last).
+
+        Thread-safe: concurrent generations interleave one forward call at a time.
+        """
+        with self._lock:
+            return self._forward(token_ids, cache, all_logits)
+
+    def _forward(self, token_ids: Any, cache: Sequence, all_logits: bool) -> np.ndarray:
         p, cfg, w = self._provider, self.config, self.weights
         ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
