@@ -109,6 +109,9 @@ class Device:
         self.max_workgroups = int(lim["max-compute-workgroups-per-dimension"])
         self._pipelines: dict[tuple[str, frozenset[str]], Any] = {}
         self.dot4 = self._supports_dot4()
+        layout = os.environ.get("BITNET_WEBGPU_LAYOUT", "").strip().lower()
+        #: matmuls with one invocation per output row (CPU adapters) instead of a workgroup per row
+        self.rows_layout = layout == "rows" or (layout != "groups" and self.is_cpu)
         BU = self.wgpu.BufferUsage
         self._params = self.device.create_buffer(
             size=PARAM_SLOT * PARAM_SLOTS, usage=BU.UNIFORM | BU.COPY_DST
