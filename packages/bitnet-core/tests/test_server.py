@@ -22,8 +22,13 @@ from bitnet_core.model.random import random_model_file  # noqa: E402
 from bitnet_core.server.app import create_app  # noqa: E402
 
 CONFIG = BitNetConfig(
-    vocab_size=300, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-    intermediate_size=128, context_length=128,
+    vocab_size=300,
+    hidden_size=256,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    intermediate_size=256,
+    context_length=128,
 )
 API_KEY = "sk-test-key"
 
@@ -37,7 +42,9 @@ def free_port() -> int:
 class LiveServer:
     def __init__(self, app) -> None:
         self.port = free_port()
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> LiveServer:
@@ -67,7 +74,9 @@ def model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(model):
-    app = create_app(model, "tiny", api_key=API_KEY, max_active=4, max_queue=64, default_max_tokens=16)
+    app = create_app(
+        model, "tiny", api_key=API_KEY, max_active=4, max_queue=64, default_max_tokens=16
+    )
     with LiveServer(app) as live:
         yield live
 
@@ -94,7 +103,9 @@ def test_completion_matches_engine(client, model):
 def test_chat_and_stream_agree(client):
     msgs = [{"role": "user", "content": "hi there"}]
     full = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=10, temperature=0)
-    stream = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=10, temperature=0, stream=True)
+    stream = client.chat.completions.create(
+        model="tiny", messages=msgs, max_tokens=10, temperature=0, stream=True
+    )
     pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
     assert "".join(pieces) == full.choices[0].message.content
 
@@ -121,7 +132,9 @@ def test_streamed_completion_seeded(client):
     ],
 )
 def test_bad_requests_are_4xx_with_openai_body(server, body, status, needle):
-    r = httpx.post(server.url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {API_KEY}"})
+    r = httpx.post(
+        server.url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {API_KEY}"}
+    )
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert needle in err["message"] or needle == err.get("param")
@@ -163,8 +176,15 @@ def test_chat_page_served(server):
 def test_disconnect_frees_sequence(server, model):
     """A client that leaves mid-stream gets its sequence cancelled and its KV blocks freed."""
     with httpx.stream(
-        "POST", server.url + "/v1/completions",
-        json={"model": "tiny", "prompt": "go", "max_tokens": 100, "stream": True, "temperature": 0.5},
+        "POST",
+        server.url + "/v1/completions",
+        json={
+            "model": "tiny",
+            "prompt": "go",
+            "max_tokens": 100,
+            "stream": True,
+            "temperature": 0.5,
+        },
         headers={"Authorization": f"Bearer {API_KEY}"},
     ) as r:
         for line in r.iter_lines():
@@ -179,9 +199,13 @@ def test_disconnect_frees_sequence(server, model):
 def test_queue_full_is_429(model):
     app = create_app(model, "tiny", max_active=1, max_queue=1, default_max_tokens=60)
     with LiveServer(app) as live:
+
         async def burst():
             async with httpx.AsyncClient(base_url=live.url, timeout=60) as c:
-                reqs = [c.post("/v1/completions", json={"prompt": "q", "max_tokens": 60}) for _ in range(6)]
+                reqs = [
+                    c.post("/v1/completions", json={"prompt": "q", "max_tokens": 60})
+                    for _ in range(6)
+                ]
                 return await asyncio.gather(*reqs)
 
         codes = [r.status_code for r in asyncio.run(burst())]
@@ -196,7 +220,11 @@ def test_concurrent_streams_not_garbled(server, model):
 
     async def one(c, p):
         text = ""
-        async with c.stream("POST", "/v1/completions", json={"model": "tiny", "prompt": p, "max_tokens": 10, "temperature": 0, "stream": True}) as r:
+        async with c.stream(
+            "POST",
+            "/v1/completions",
+            json={"model": "tiny", "prompt": p, "max_tokens": 10, "temperature": 0, "stream": True},
+        ) as r:
             assert r.status_code == 200
             async for line in r.aiter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":
@@ -213,3 +241,33 @@ def test_concurrent_streams_not_garbled(server, model):
     for p, text in expected.items():
         assert results[p] == text
     assert np.all([isinstance(t, str) for t in results.values()])
+
+
+@pytest.mark.slow
+def test_load_200_concurrent_streams(tmp_path):
+    """tools/loadtest: 200 concurrent streaming requests, none lost or garbled, server healthy after."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "tools" / "loadtest" / "server_load.py"
+    out = tmp_path / "load.json"
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--concurrency",
+            "200",
+            "--max-tokens",
+            "4",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads(out.read_text())
+    assert result["ok"] == 200 and result["failed"] == 0 and result["garbled"] == 0
+    assert result["healthy_after"]

@@ -10,6 +10,7 @@ worker thread, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import time
@@ -31,7 +32,14 @@ from .schemas import ChatRequest, CompletionRequest, _Sampling, error_body
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = "invalid_request_error",
+        param: str | None = None,
+        code: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.body = status, error_body(message, type_, param, code)
 
@@ -46,15 +54,19 @@ def create_app(
     default_max_tokens: int = 256,
 ) -> FastAPI:
     """An app serving ``model`` under the name ``model_name``."""
-    app = FastAPI(title="bitnet", version=__version__, docs_url=None, redoc_url=None)
     scheduler = Scheduler(model, max_active=max_active, max_queue=max_queue)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        scheduler.close()
+
+    app = FastAPI(
+        title="bitnet", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan
+    )
     app.state.scheduler = scheduler
     started = time.time()
     context = model.config.context_length
-
-    @app.on_event("shutdown")
-    def _shutdown() -> None:
-        scheduler.close()
 
     # --- errors: always the OpenAI body, never a 500 for bad input -------------------
     @app.exception_handler(APIError)
@@ -66,11 +78,15 @@ def create_app(
         first = exc.errors()[0] if exc.errors() else {}
         loc = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
         msg = first.get("msg", "invalid request")
-        return JSONResponse(error_body(f"{loc}: {msg}" if loc else msg, param=loc or None), status_code=400)
+        return JSONResponse(
+            error_body(f"{loc}: {msg}" if loc else msg, param=loc or None), status_code=400
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(error_body(str(exc.detail), code=str(exc.status_code)), status_code=exc.status_code)
+        return JSONResponse(
+            error_body(str(exc.detail), code=str(exc.status_code)), status_code=exc.status_code
+        )
 
     @app.middleware("http")
     async def _auth(request: Request, call_next):
@@ -79,7 +95,9 @@ def create_app(
             token = given[7:] if given.lower().startswith("bearer ") else ""
             if not hmac.compare_digest(token.encode(), api_key.encode()):
                 return JSONResponse(
-                    error_body("invalid or missing API key", "authentication_error", code="invalid_api_key"),
+                    error_body(
+                        "invalid or missing API key", "authentication_error", code="invalid_api_key"
+                    ),
                     status_code=401,
                 )
         return await call_next(request)
@@ -87,14 +105,26 @@ def create_app(
     # --- helpers --------------------------------------------------------------------
     def check_model(req: _Sampling) -> None:
         if req.model not in (None, "", model_name):
-            raise APIError(404, f"the model {req.model!r} does not exist; this server has {model_name!r}", param="model", code="model_not_found")
+            raise APIError(
+                404,
+                f"the model {req.model!r} does not exist; this server has {model_name!r}",
+                param="model",
+                code="model_not_found",
+            )
         missing = req.unsupported()
         if missing:
-            raise APIError(400, f"{missing} is not supported by this server", param=missing.split()[0])
+            raise APIError(
+                400, f"{missing} is not supported by this server", param=missing.split()[0]
+            )
 
     def submit(prompt_ids: list[int], req: _Sampling) -> Job:
         if len(prompt_ids) >= context:
-            raise APIError(400, f"the prompt has {len(prompt_ids)} tokens; this model's context is {context}", param="prompt", code="context_length_exceeded")
+            raise APIError(
+                400,
+                f"the prompt has {len(prompt_ids)} tokens; this model's context is {context}",
+                param="prompt",
+                code="context_length_exceeded",
+            )
         try:
             params = req.sampling(default_max_tokens)
         except ConfigError as exc:
@@ -128,7 +158,11 @@ def create_app(
             job.cancel()  # a no-op when already finished; frees the sequence when not
         if job.error is not None:
             status = 400 if isinstance(job.error, (ContextLengthError, ConfigError)) else 500
-            raise APIError(status, f"generation failed: {job.error}", "server_error" if status == 500 else "invalid_request_error")
+            raise APIError(
+                status,
+                f"generation failed: {job.error}",
+                "server_error" if status == 500 else "invalid_request_error",
+            )
 
     def usage(job: Job) -> dict:
         p, c = job.stats.prompt_tokens or len(job.prompt_ids), job.stats.generated_tokens
@@ -151,10 +185,16 @@ def create_app(
         cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
 
         def chunk(text: str, finish: str | None) -> dict:
-            return {"id": cid, "object": "text_completion", "created": created, "model": model_name,
-                    "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}]}
+            return {
+                "id": cid,
+                "object": "text_completion",
+                "created": created,
+                "model": model_name,
+                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+            }
 
         if req.stream:
+
             async def events() -> AsyncIterator[str]:
                 try:
                     async for piece in pieces(job, request):
@@ -185,10 +225,16 @@ def create_app(
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
         def chunk(delta: dict, finish: str | None) -> dict:
-            return {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model_name,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            return {
+                "id": cid,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model_name,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
 
         if req.stream:
+
             async def events() -> AsyncIterator[str]:
                 yield sse(chunk({"role": "assistant", "content": ""}, None))
                 try:
@@ -205,14 +251,28 @@ def create_app(
             return StreamingResponse(events(), media_type="text/event-stream")
         text = "".join([p async for p in pieces(job, request)])
         return {
-            "id": cid, "object": "chat.completion", "created": created, "model": model_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason(job)}],
+            "id": cid,
+            "object": "chat.completion",
+            "created": created,
+            "model": model_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish_reason(job),
+                }
+            ],
             "usage": usage(job),
         }
 
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "created": int(started), "owned_by": "bitnet"}]}
+        return {
+            "object": "list",
+            "data": [
+                {"id": model_name, "object": "model", "created": int(started), "owned_by": "bitnet"}
+            ],
+        }
 
     @app.get("/health")
     async def health() -> dict:
@@ -230,7 +290,9 @@ def create_app(
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
-        return PlainTextResponse(render_metrics(model, scheduler, started), media_type="text/plain; version=0.0.4")
+        return PlainTextResponse(
+            render_metrics(model, scheduler, started), media_type="text/plain; version=0.0.4"
+        )
 
     @app.get("/")
     async def index() -> HTMLResponse:

@@ -57,7 +57,16 @@ class _Sampling(BaseModel):
     def unsupported(self) -> str | None:
         """Name of a requested feature we do not implement, if any."""
         extra = self.model_extra or {}
-        for key in ("logprobs", "tools", "functions", "tool_choice", "logit_bias", "best_of", "suffix", "echo"):
+        for key in (
+            "logprobs",
+            "tools",
+            "functions",
+            "tool_choice",
+            "logit_bias",
+            "best_of",
+            "suffix",
+            "echo",
+        ):
             value = extra.get(key)
             if value not in (None, False, 0, [], {}):
                 return key
@@ -98,6 +107,11 @@ class ChatRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
 
 
-def error_body(message: str, type_: str = "invalid_request_error", param: str | None = None, code: str | None = None) -> dict:
+def error_body(
+    message: str,
+    type_: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+) -> dict:
     """The OpenAI error body: ``{"error": {"message", "type", "param", "code"}}``."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}

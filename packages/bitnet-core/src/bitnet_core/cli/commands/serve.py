@@ -11,15 +11,31 @@ from ...errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)")
-    p.add_argument("--model", "-m", default=None, help="GGUF model (default: the bundled demo model)")
-    p.add_argument("--device", default=None, help="auto, cpu, gpu, cuda, opencl, vulkan, webgpu or a provider name")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    p = sub.add_parser(
+        "serve", help="OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)"
+    )
+    p.add_argument(
+        "--model", "-m", default=None, help="GGUF model (default: the bundled demo model)"
+    )
+    p.add_argument(
+        "--device",
+        default=None,
+        help="auto, cpu, gpu, cuda, opencl, vulkan, webgpu or a provider name",
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default: loopback only)"
+    )
     p.add_argument("--port", type=int, default=8080)
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (default: BITNET_API_KEY)")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help="require 'Authorization: Bearer KEY' (default: BITNET_API_KEY)",
+    )
     p.add_argument("--model-name", default=None, help="name clients use (default: the file's stem)")
     p.add_argument("--max-active", type=int, default=8, help="sequences decoding together")
-    p.add_argument("--max-queue", type=int, default=256, help="queued + running requests before 429")
+    p.add_argument(
+        "--max-queue", type=int, default=256, help="queued + running requests before 429"
+    )
     p.add_argument("--max-tokens", type=int, default=256, help="default max_tokens of a request")
     p.set_defaults(func=run)
 
