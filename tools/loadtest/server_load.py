@@ -110,15 +110,11 @@ async def run_load(url: str, model: str, concurrency: int, max_tokens: int, head
 
 
 def start_local_server(gguf: str | None, max_active: int, max_queue: int):
-    import socket
-    import threading
-
-    import uvicorn
-
     from bitnet_core.config import BitNetConfig
     from bitnet_core.model.api import load
     from bitnet_core.model.random import random_model_file
     from bitnet_core.server.app import create_app
+    from bitnet_core.server.live import LiveServer
 
     if gguf is None:
         cfg = BitNetConfig(
@@ -133,15 +129,9 @@ def start_local_server(gguf: str | None, max_active: int, max_queue: int):
         gguf = str(Path(tempfile.mkdtemp()) / "load.gguf")
         random_model_file(gguf, cfg, seed=1)
     model = load(gguf, device="cpu")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     app = create_app(model, "load", max_active=max_active, max_queue=max_queue)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    threading.Thread(target=server.run, daemon=True).start()
-    while not server.started:
-        time.sleep(0.05)
-    return server, f"http://127.0.0.1:{port}", "load"
+    live = LiveServer(app).start()
+    return live, live.url, "load"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     result = asyncio.run(run_load(url, model, args.concurrency, args.max_tokens, headers))
     if server is not None:
-        server.should_exit = True
+        server.stop()
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 import time
 
 import numpy as np
@@ -20,6 +18,7 @@ from bitnet_core.config import BitNetConfig  # noqa: E402
 from bitnet_core.model.api import load  # noqa: E402
 from bitnet_core.model.random import random_model_file  # noqa: E402
 from bitnet_core.server.app import create_app  # noqa: E402
+from bitnet_core.server.live import LiveServer  # noqa: E402
 
 CONFIG = BitNetConfig(
     vocab_size=300,
@@ -31,38 +30,6 @@ CONFIG = BitNetConfig(
     context_length=128,
 )
 API_KEY = "sk-test-key"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LiveServer:
-    def __init__(self, app) -> None:
-        self.port = free_port()
-        self.server = uvicorn.Server(
-            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
-        )
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> LiveServer:
-        self.thread.start()
-        deadline = time.time() + 30
-        while not self.server.started:
-            if time.time() > deadline:
-                raise RuntimeError("server did not start")
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
 
 @pytest.fixture(scope="module")
@@ -271,3 +238,70 @@ def test_load_200_concurrent_streams(tmp_path):
     result = json.loads(out.read_text())
     assert result["ok"] == 200 and result["failed"] == 0 and result["garbled"] == 0
     assert result["healthy_after"]
+
+
+def test_cli_serve_starts_and_answers(tmp_path, model):
+    """``bitnet serve --model M --port P`` serves until stopped; bad flags exit non-zero."""
+    import os
+    import subprocess
+    import sys
+
+    from bitnet_core.server.live import free_port
+
+    path = model.path
+    port = free_port()
+    env = {**os.environ, "BITNET_API_KEY": "k"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bitnet_core.cli.main",
+            "serve",
+            "--model",
+            str(path),
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            pytest.fail(
+                "bitnet serve did not come up: " + proc.stderr.read()
+                if proc.poll() is not None
+                else "timeout"
+            )
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
+        r = httpx.get(f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": "Bearer k"})
+        assert r.json()["data"][0]["id"] == "tiny"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bitnet_core.cli.main",
+            "serve",
+            "--model",
+            str(path),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode != 0 and "error:" in bad.stderr and "Traceback" not in bad.stderr
