@@ -29,10 +29,6 @@ Numerics every provider must match (``bitnet_core.testing`` checks them):
 Optional members (``OPTIONAL_OPS``; the generic engine, ``bitnet_core.model``,
 uses them when present):
 
-- ``reshape(x, shape)``: the same row-major data under a new shape (the
-  engine moves activations between ``[T, H*D]`` and ``[T, H, D]``); without
-  it the engine calls ``x.reshape(shape)``, and failing that reshapes through
-  the host (correct, slow, warned once);
 - ``make_backend(weights, **opts)``: a fused Level-2 backend, or None;
 - ``set_threads(n)``: CPU threads (``bitnet run --threads``);
 - ``kernel_names()``: the kernels a receipt lists (default: the ops above).
@@ -90,7 +86,7 @@ KERNEL_INVENTORY: tuple[str, ...] = (
 )
 
 #: Members a provider may have; see the module docstring.
-OPTIONAL_OPS: tuple[str, ...] = ("reshape", "make_backend", "set_threads", "kernel_names")
+OPTIONAL_OPS: tuple[str, ...] = ("make_backend", "set_threads", "kernel_names")
 
 
 @dataclass(frozen=True)

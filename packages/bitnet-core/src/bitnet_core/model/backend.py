@@ -20,10 +20,10 @@ T = 1) and only the logits come back to the host. With
 ``matmul_ternary_float`` instead of ``linear`` (exact comparisons, debugging).
 
 Device arrays are opaque except for one thing: the backend reshapes them
-between ``[T, H*D]`` and ``[T, H, D]``, through ``provider.reshape(x, shape)``
-when the provider has it (the optional op of ``hal/provider.py``), else
-``x.reshape(shape)`` (row-major views); a provider with neither gets a host
-round trip per reshape, correct but slow, and a warning once.
+between ``[T, H*D]`` and ``[T, H, D]``, through the protocol's
+``provider.reshape(x, shape)``; for a provider written before that op, it
+falls back to ``x.reshape(shape)``, and failing that to a host round trip
+per reshape (correct but slow, warned once).
 """
 
 from __future__ import annotations
