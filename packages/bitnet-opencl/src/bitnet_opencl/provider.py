@@ -178,6 +178,13 @@ class OpenCLProvider:
     def _run(self, name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
         self.runtime.kernel(name)(self.runtime.queue, gsize, lsize, *args)
 
+    def _rows(self, name: str, n: int, groups1: int, units: int, item: int, *args) -> None:
+        """Launch a row-parallel kernel (``lanes`` items a row) over ``n`` rows."""
+        lanes, wg = self.runtime.row_plan(name, units)
+        rows_per_group = wg // lanes
+        grid = (-(-n // rows_per_group) * wg, groups1)
+        self._run(name, grid, (wg, 1), *args, _i32(lanes), self._local(wg * item))
+
     def _local(self, nbytes: int) -> Any:
         return self.runtime.cl.LocalMemory(max(4, int(nbytes)))
 
@@ -326,10 +333,7 @@ class OpenCLProvider:
             grid = (8 * -(-n // 32), 8 * -(-t // 32))
             self._run("gemm_i2s", grid, (8, 8), *args, _i32(n), _i32(k), _i32(t))
         else:
-            lsz = rt.reduce_group("gemv_i2s", _WG, w.blocks_per_row)
-            self._run(
-                "gemv_i2s", (lsz * n, t), (lsz, 1), *args, _i32(n), _i32(k), self._local(lsz * 4)
-            )
+            self._rows("gemv_i2s", n, t, w.blocks_per_row, 4, *args, _i32(n), _i32(k))
         return out
 
     @_op
@@ -346,11 +350,9 @@ class OpenCLProvider:
         t, n = x.shape[0], w.rows
         out = self._alloc((t, n))
         if t and n:
-            words = w.blocks_per_row * 4
-            lsz = self.runtime.reduce_group("gemv_ternary_f32", _WG, words)
-            self._run(
-                "gemv_ternary_f32", (lsz * n, t), (lsz, 1), w.packed, _i32(w.blocks_per_row),
-                x.buffer, w.scales, out.buffer, _i32(n), _i32(w.cols), self._local(lsz * 4),
+            self._rows(
+                "gemv_ternary_f32", n, t, w.blocks_per_row * 4, 4, w.packed,
+                _i32(w.blocks_per_row), x.buffer, w.scales, out.buffer, _i32(n), _i32(w.cols),
             )  # fmt: skip
         return out
 
@@ -367,10 +369,9 @@ class OpenCLProvider:
         out = self._alloc((t, n))
         if t and n:
             name = "dense_f16" if table.dtype == np.float16 else "dense_f32"
-            lsz = self.runtime.reduce_group(name, _WG, max(1, k // 4))
-            self._run(
-                name, (lsz * n, -(-t // 4)), (lsz, 1), x.buffer, table.buffer, out.buffer,
-                _i32(n), _i32(k), _i32(t), self._local(lsz * 4),
+            self._rows(
+                name, n, -(-t // 4), max(1, k // 4), 4, x.buffer, table.buffer, out.buffer,
+                _i32(n), _i32(k), _i32(t),
             )  # fmt: skip
         return out
 

@@ -13,6 +13,7 @@ from .device import DeviceInfo
 from .program import build_program, detect_features
 
 ENV_POOL_MB = "BITNET_OPENCL_POOL_MB"
+ENV_GEMV = "BITNET_OPENCL_GEMV"
 
 
 def _pool_limit() -> int:
@@ -74,6 +75,28 @@ class Runtime:
         if need is not None:
             size = min(size, 1 << max(0, int(need) - 1).bit_length())
         return pow2_floor(size)
+
+    def row_plan(self, name: str, units: int) -> tuple[int, int]:
+        """``(lanes, work-group size)`` for a row-parallel kernel whose rows hold
+        ``units`` vector steps: on a CPU device one item a row (no exchange, many
+        rows a group); on a GPU up to 16 lanes a row and up to 128 items a group.
+        ``BITNET_OPENCL_GEMV=LANES:WG`` overrides (tuning)."""
+        limit = min(self.kernel_max_work_group(name), self.max_work_group)
+        override = os.environ.get(ENV_GEMV, "").strip()
+        if override:
+            try:
+                lanes, wg = (int(v) for v in override.split(":"))
+            except ValueError:
+                raise ConfigError(f"{ENV_GEMV}={override!r} is not LANES:WG") from None
+            if lanes < 1 or wg < lanes or wg % lanes or wg > limit:
+                raise ConfigError(
+                    f"{ENV_GEMV}={override!r}: need 1 <= LANES, LANES | WG <= {limit}"
+                )
+            return lanes, wg
+        if self.info.kind == "cpu":
+            return 1, pow2_floor(min(16, limit))
+        lanes = pow2_floor(min(16, max(1, units), limit))
+        return lanes, max(lanes, pow2_floor(min(128, limit)))
 
     def finish(self) -> None:
         self.queue.finish()
