@@ -103,6 +103,32 @@ def gemv_bench(p: Any, sync, shapes, rng) -> list[dict]:
     return rows
 
 
+def sweep_gemv(ocl: OpenCLProvider, shapes, copy_bw: float) -> list[dict]:
+    """GEMV GB/s under every ``BITNET_OPENCL_GEMV=LANES:WG`` plan the device allows."""
+    limit = ocl.runtime.kernel_max_work_group("gemv_i2s")
+    plans = [(lanes, wg) for wg in (32, 64, 128, 256) for lanes in (1, 2, 4, 8, 16, 32)]
+    plans = [(lanes, wg) for lanes, wg in plans if lanes <= wg <= limit]
+    rows = []
+    print("\nGEMV plan sweep (GB/s; % of copy bandwidth)")
+    saved = os.environ.get("BITNET_OPENCL_GEMV")
+    try:
+        for lanes, wg in plans:
+            os.environ["BITNET_OPENCL_GEMV"] = f"{lanes}:{wg}"
+            res = gemv_bench(ocl, ocl.synchronize, shapes, np.random.default_rng(0))
+            cells = "  ".join(
+                f"{r['shape']} {r['gbps']:.1f} ({100 * r['gbps'] * 1e9 / copy_bw:.0f}%)"
+                for r in res
+            )
+            print(f"  {lanes:>2}:{wg:<4} {cells}")
+            rows.append({"lanes": lanes, "wg": wg, "gemv": res})
+    finally:
+        if saved is None:
+            os.environ.pop("BITNET_OPENCL_GEMV", None)
+        else:
+            os.environ["BITNET_OPENCL_GEMV"] = saved
+    return rows
+
+
 def decode_bench(device: str, cfg: BitNetConfig, tokens: int, prompt: int) -> dict:
     weights = random_weights(cfg, seed=1)
     t0 = time.perf_counter()
@@ -132,8 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", choices=sorted(SIZES), default="small")
     ap.add_argument("--model", choices=sorted(MODELS), default="tiny")
     ap.add_argument("--tokens", type=int, default=16, help="decode tokens timed")
+    ap.add_argument(
+        "--cpu-tokens", type=int, help="decode tokens timed on the CPU (default --tokens)"
+    )
     ap.add_argument("--prompt", type=int, default=8, help="prefill tokens before decoding")
     ap.add_argument("--copy-mb", type=int, default=256, help="buffer size of the copy test")
+    ap.add_argument(
+        "--sweep-gemv", action="store_true", help="also time every LANES:WG plan of the GEMV"
+    )
     ap.add_argument("--skip-decode", action="store_true")
     ap.add_argument("--json", help="write the results to this file")
     args = ap.parse_args(argv)
@@ -177,13 +209,16 @@ def main(argv: list[str] | None = None) -> int:
         )
     result["gemv"] = g_ocl
 
+    if args.sweep_gemv:
+        result["gemv_sweep"] = sweep_gemv(ocl, shapes, bw)
+
     if not args.skip_decode:
         cfg = MODELS[args.model]
         d_ocl = decode_bench("opencl", cfg, args.tokens, args.prompt)
-        d_cpu = decode_bench(cpu.name, cfg, args.tokens, args.prompt)
+        d_cpu = decode_bench(cpu.name, cfg, args.cpu_tokens or args.tokens, args.prompt)
         ratio = d_ocl["tokens_per_s"] / d_cpu["tokens_per_s"]
         print(f"\ndecode, {args.model} random model ({cfg.num_layers} layers, hidden "
-              f"{cfg.hidden_size}), {args.tokens} tokens after a {args.prompt}-token prompt")  # fmt: skip
+              f"{cfg.hidden_size}), timed tokens after a {args.prompt}-token prompt")  # fmt: skip
         for d in (d_ocl, d_cpu):
             print(
                 f"{d['provider']:>16}: {d['tokens_per_s']:8.2f} tok/s  ({d['ms_per_token']:.2f} ms)"
