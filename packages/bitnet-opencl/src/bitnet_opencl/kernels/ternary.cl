@@ -18,14 +18,15 @@ kernel void gemv_i2s(global const uint4* restrict W, const int wstride4,
   const int t = get_group_id(1);
   global const char* xr = xq + (size_t)t * K;
   const int blocks = (K + 63) / 64;
+  const int al = (K & 15) == 0;
   int acc = 0;
   if (n < N) {
     global const uint4* wr = W + (size_t)n * wstride4;
     for (int b = lane; b < blocks; b += lanes) {
       const uint4 w = wr[b];
       global const char* xb = xr + b * 64;
-      acc += dot16_i2(vload16(0, xb), w.s0) + dot16_i2(vload16(1, xb), w.s1) +
-             dot16_i2(vload16(2, xb), w.s2) + dot16_i2(vload16(3, xb), w.s3);
+      acc += dot16_i2(load_x16(xb, al), w.s0) + dot16_i2(load_x16(xb + 16, al), w.s1) +
+             dot16_i2(load_x16(xb + 32, al), w.s2) + dot16_i2(load_x16(xb + 48, al), w.s3);
     }
   }
   if (lanes > 1) {
@@ -51,6 +52,7 @@ kernel void gemm_i2s(global const uint4* restrict W, const int wstride4,
   const int lin = ly * 8 + lx; /* 0..63 */
   const int n0 = get_group_id(0) * GT, t0 = get_group_id(1) * GT;
   const int blocks = (K + 63) / 64;
+  const int al = (K & 15) == 0;
   int acc[4][4];
   for (int i = 0; i < 4; ++i)
     for (int j = 0; j < 4; ++j) acc[i][j] = 0;
@@ -71,7 +73,7 @@ kernel void gemm_i2s(global const uint4* restrict W, const int wstride4,
     for (int e = lin; e < GT * 4; e += 64) {
       const int r = e >> 2, q = e & 3;
       const int t = t0 + r;
-      xl[r][q] = t < T ? vload16(0, xq + (size_t)t * K + b * 64 + q * 16) : (char16)(0);
+      xl[r][q] = t < T ? load_x16(xq + (size_t)t * K + b * 64 + q * 16, al) : (char16)(0);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int q = 0; q < 4; ++q) {
