@@ -82,15 +82,19 @@ class BufferPool:
 class _Block:
     """Owns one pooled buffer; gives it back when garbage-collected."""
 
-    __slots__ = ("buffer", "size", "_pool")
+    __slots__ = ("buffer", "size", "_pool", "pending")
 
     def __init__(self, buffer: Any, size: int, pool: BufferPool | None) -> None:
         self.buffer = buffer
         self.size = size
         self._pool = pool
+        #: an in-flight host-to-device copy (PyOpenCL's NannyEvent keeps its host
+        #: array alive and waits for it when dropped)
+        self.pending: Any = None
 
     def __del__(self) -> None:
         pool, self._pool = self._pool, None
+        self.pending = None
         if pool is not None:
             # at interpreter shutdown the context is going away anyway
             with contextlib.suppress(Exception):

@@ -34,6 +34,8 @@ from .device import DeviceInfo, choose_device, import_pyopencl
 from .runtime import Runtime
 from .weights import OpenCLWeight, host_layout
 
+#: Host arrays up to this size are uploaded without blocking (after a private copy).
+ASYNC_UPLOAD_BYTES = 1 << 20
 #: Token counts up to this use the GEMV kernel; larger ones the tiled GEMM.
 GEMV_MAX_TOKENS = 8
 _WG = 64  # default work-group size of the reducing kernels
@@ -203,10 +205,18 @@ class OpenCLProvider:
             and (host.min() < np.iinfo(np.int32).min or host.max() > np.iinfo(np.int32).max)
         ):
             raise UnsupportedOperationError("opencl to_device: int64 values exceed int32")
-        host = np.ascontiguousarray(host, dtype=target)
+        small = host.nbytes <= ASYNC_UPLOAD_BYTES
+        # small arrays (token ids, rope tables, norms) are copied to a private
+        # host array and uploaded without waiting for the queue to drain
+        host = np.array(host, dtype=target, order="C", copy=True) if small else (
+            np.ascontiguousarray(host, dtype=target)
+        )  # fmt: skip
         out = self._alloc(host.shape, host.dtype)
         if host.size:
-            self.runtime.cl.enqueue_copy(self.runtime.queue, out.buffer, host, is_blocking=True)
+            rt = self.runtime
+            evt = rt.cl.enqueue_copy(rt.queue, out.buffer, host, is_blocking=not small)
+            if small:
+                out._block.pending = evt
         return out
 
     @_op
