@@ -98,3 +98,19 @@ def test_attention_long_context(ocl, ref, rng):
     q = acts(rng, t, 4, 24, scale=0.3)
     got = ocl.to_host(ocl.attention(ocl.to_device(q), ocl.to_device(kc), ocl.to_device(vc), start))
     np.testing.assert_allclose(got, ref.attention(q, kc, vc, start), rtol=1e-4, atol=2e-5)
+
+
+def test_linear_reuses_the_quantized_input(ocl, ref, rng, monkeypatch):
+    """q/k/v of one input quantize it once; a new input (or a cache write) quantizes again."""
+    x = ocl.to_device(acts(rng, 2, 96))
+    ws = [ternary(rng, n, 96) for n in (7, 9, 11)]
+    calls = []
+    real = ocl.quantize_act
+    monkeypatch.setattr(ocl, "quantize_act", lambda a: calls.append(1) or real(a))
+    for w in ws:
+        got = ocl.to_host(ocl.linear(x, ocl.load_ternary(w)))
+        want = ref.linear(ocl.to_host(x), ref.load_ternary(w))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    assert len(calls) == 1
+    ocl.linear(ocl.to_device(acts(rng, 2, 96)), ocl.load_ternary(ws[0]))
+    assert len(calls) == 2

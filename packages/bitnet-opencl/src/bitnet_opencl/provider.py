@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -94,6 +95,7 @@ class OpenCLProvider:
         self._rt: Runtime | None = None
         self._lock = threading.Lock()
         self._rope_tables: OrderedDict[tuple, CLArray] = OrderedDict()
+        self._last_quant: tuple[weakref.ref, CLArray, CLArray] | None = None
 
     # --- probing and the device ---------------------------------------------
     def probe(self, explicit: bool = False) -> Availability:
@@ -178,7 +180,9 @@ class OpenCLProvider:
         return x
 
     def _run(self, name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
-        self.runtime.kernel(name)(self.runtime.queue, gsize, lsize, *args)
+        rt = self.runtime
+        with rt.launch_lock:  # a kernel object's arguments are shared state
+            rt.kernel(name)(rt.queue, gsize, lsize, *args)
 
     def _rows(self, name: str, n: int, groups1: int, units: int, item: int, *args) -> None:
         """Launch a row-parallel kernel (``lanes`` items a row) over ``n`` rows."""
@@ -348,7 +352,14 @@ class OpenCLProvider:
 
     @_op
     def linear(self, x: Any, weight: Any) -> CLArray:
-        xq, xs = self.quantize_act(x)
+        """``quantize_act`` then ``matmul_i2s``. The quantized activations of the last
+        input are remembered, so q/k/v (and gate/up) of one ``h`` quantize it once."""
+        last = self._last_quant
+        if last is not None and isinstance(x, CLArray) and last[0]() is x:
+            xq, xs = last[1], last[2]
+        else:
+            xq, xs = self.quantize_act(x)
+            self._last_quant = (weakref.ref(x), xq, xs) if isinstance(x, CLArray) else None
         return self.matmul_i2s(xq, xs, weight)
 
     @_op
@@ -435,6 +446,7 @@ class OpenCLProvider:
         t = x.shape[0] if x.ndim else 0
         if start < 0 or start + t > cache.shape[0] or x.shape[1:] != cache.shape[1:]:
             raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
+        self._last_quant = None  # the only op that writes into an existing array
         if x.size:
             row = x.nbytes // t
             rt = self.runtime

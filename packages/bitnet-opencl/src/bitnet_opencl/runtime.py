@@ -49,6 +49,7 @@ class Runtime:
         self._kernels: dict[str, Any] = {}
         self._kernel_max: dict[str, int] = {}
         self._lock = threading.Lock()
+        self.launch_lock = threading.Lock()
 
     def kernel(self, name: str) -> Any:
         k = self._kernels.get(name)
