@@ -245,6 +245,12 @@ class OpenCLProvider:
         rt.cl.enqueue_fill_buffer(rt.queue, out.buffer, np.uint8(0), 0, out._block.size)
         return out
 
+    def reshape(self, array: Any, shape: tuple[int, ...]) -> CLArray:
+        """A row-major view of ``array`` with another shape (same buffer, no copy)."""
+        if not isinstance(array, CLArray):
+            array = self.to_device(np.asarray(array))
+        return array.reshape(tuple(shape))
+
     @_op
     def load_ternary(self, weight: TernaryWeight) -> OpenCLWeight:
         packed, scales = host_layout(weight)
