@@ -43,6 +43,8 @@ class Features:
     subgroups: bool = False
     dot8: bool = False
     ptx_dp4a: bool = False
+    #: the 4-codes-at-a-time decode without a hardware dot product (tests only)
+    packed_dot: bool = False
     fp16: bool = False
     correctly_rounded_div: bool = False
     opencl_c3: bool = False
@@ -59,6 +61,8 @@ class Features:
             opts.append("-DUSE_DOT8=1")
         elif self.ptx_dp4a:
             opts.append("-DUSE_PTX_DP4A=1")
+        if self.packed_dot:
+            opts.append("-DUSE_PACKED_DOT=1")
         if self.correctly_rounded_div:
             opts.append("-cl-fp32-correctly-rounded-divide-sqrt")
         return opts

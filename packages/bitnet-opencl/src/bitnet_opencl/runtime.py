@@ -10,7 +10,7 @@ from bitnet_core.errors import ConfigError
 
 from .buffers import DEFAULT_POOL_LIMIT, BufferPool
 from .device import DeviceInfo
-from .program import build_program, detect_features
+from .program import Features, build_program, detect_features
 
 ENV_POOL_MB = "BITNET_OPENCL_POOL_MB"
 ENV_GEMV = "BITNET_OPENCL_GEMV"
@@ -36,13 +36,14 @@ def pow2_floor(n: int) -> int:
 class Runtime:
     """Everything bound to the chosen device; created once per provider, on first use."""
 
-    def __init__(self, cl: Any, info: DeviceInfo) -> None:
+    def __init__(self, cl: Any, info: DeviceInfo, features: Features | None = None) -> None:
+        """``features`` replaces the detected ones (tests of other kernel variants)."""
         self.cl = cl
         self.info = info
         self.device = cl.get_platforms()[info.platform_index].get_devices()[info.device_index]
         self.context = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.context, self.device)
-        wanted = detect_features(cl, self.device, info)
+        wanted = features if features is not None else detect_features(cl, self.device, info)
         self.program, self.features, self.build_notes = build_program(cl, self.context, wanted)
         self.pool = BufferPool(cl, self.context, _pool_limit())
         self.max_work_group = int(self.device.max_work_group_size)

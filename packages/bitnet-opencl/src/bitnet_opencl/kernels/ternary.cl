@@ -122,10 +122,10 @@ kernel void gemv_ternary_f32(global const uint* restrict W, const int wstride4,
         for (int c = 0; c < 16; ++c) tmp[c] = c0 + c < K ? xr[c0 + c] : 0.0f;
         xv = vload16(0, tmp);
       }
-      acc += dot(xv.s048c, convert_float4(as_char4(ternary_lanes(w, 0u)))) +
-             dot(xv.s159d, convert_float4(as_char4(ternary_lanes(w, 1u)))) +
-             dot(xv.s26ae, convert_float4(as_char4(ternary_lanes(w, 2u)))) +
-             dot(xv.s37bf, convert_float4(as_char4(ternary_lanes(w, 3u))));
+      acc += dot(xv.s0123, convert_float4(as_char4(ternary_lanes(w, 0u)))) +
+             dot(xv.s4567, convert_float4(as_char4(ternary_lanes(w, 1u)))) +
+             dot(xv.s89ab, convert_float4(as_char4(ternary_lanes(w, 2u)))) +
+             dot(xv.scdef, convert_float4(as_char4(ternary_lanes(w, 3u))));
     }
   }
   if (lanes > 1) {
