@@ -148,3 +148,16 @@ def test_packed_dot_path(ocl_packed, ref, rng, t, k):
     got = ocl_packed.to_host(ocl_packed.matmul_ternary_float(x, ocl_packed.load_ternary(w)))
     want = ref.matmul_ternary_float(x, ref.load_ternary(w))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize(
+    "positions", [[0, 1, 2], [700, 701], [5, 3, 9], [4, 4], [300], [1999, 2000, 2001]]
+)
+def test_rope_position_tables(ocl, ref, rng, positions):
+    """Ascending runs index one growing table; other position sets get their own."""
+    pos = np.array(positions)
+    x = acts(rng, len(positions), 3, 16)
+    for style in ("neox", "norm"):
+        got = ocl.to_host(ocl.rope(ocl.to_device(x), pos, 10000.0, style, 12))
+        want = ref.rope(x, pos, 10000.0, style, 12)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(x).max())

@@ -402,21 +402,40 @@ class OpenCLProvider:
             )  # fmt: skip
         return out
 
-    def _rope_table(self, positions: np.ndarray, theta: float, rot_dim: int) -> CLArray:
-        key = (positions.tobytes(), float(theta), int(rot_dim))
-        table = self._rope_tables.get(key)
-        if table is not None:
-            self._rope_tables.move_to_end(key)
-            return table
+    def _rope_table(self, positions: np.ndarray, theta: float, rot_dim: int) -> tuple[CLArray, int]:
+        """``(table, pos0)``: cos/sin rows for ``positions`` start at row ``pos0``.
+
+        Ascending runs of positions (every prefill and decode step) index one
+        table of positions ``0..P`` per (theta, rot_dim), grown by doubling, so a
+        decode step uploads nothing; other position sets get a table of their own.
+        The angles are float64 on the host, as in the reference."""
         half = rot_dim // 2
         inv_freq = float(theta) ** (-np.arange(half, dtype=np.float64) * 2.0 / rot_dim)
-        ang = positions.astype(np.float64)[:, None] * inv_freq[None, :]
-        cs = np.stack([np.cos(ang), np.sin(ang)], axis=-1).astype(np.float32)
-        table = self.to_device(cs)
-        self._rope_tables[key] = table
-        if len(self._rope_tables) > 16:
-            self._rope_tables.popitem(last=False)
-        return table
+
+        def upload(pos: np.ndarray) -> CLArray:
+            ang = pos.astype(np.float64)[:, None] * inv_freq[None, :]
+            return self.to_device(np.stack([np.cos(ang), np.sin(ang)], axis=-1).astype(np.float32))
+
+        p0 = int(positions[0]) if positions.size else 0
+        contiguous = positions.size > 0 and p0 >= 0 and bool(np.all(np.diff(positions) == 1))
+        if contiguous:
+            key = ("range", float(theta), int(rot_dim))
+            need = p0 + positions.size
+            table = self._rope_tables.get(key)
+            if table is None or table.shape[0] < need:
+                size = max(need, 2 * (table.shape[0] if table is not None else 256))
+                table = upload(np.arange(size))
+                self._rope_tables[key] = table
+            return table, p0
+        key = (positions.tobytes(), float(theta), int(rot_dim))
+        table = self._rope_tables.get(key)
+        if table is None:
+            table = upload(positions)
+            self._rope_tables[key] = table
+            if len(self._rope_tables) > 16:
+                self._rope_tables.popitem(last=False)
+        self._rope_tables.move_to_end(key)
+        return table, 0
 
     @_op
     def rope(
@@ -437,10 +456,10 @@ class OpenCLProvider:
             raise ShapeError(f"rope: {positions.size} positions for {t} tokens")
         out = self._alloc(x.shape)
         if x.size:
-            cs = self._rope_table(positions, theta, max(rot_dim, 2))
+            cs, pos0 = self._rope_table(positions, theta, max(rot_dim, 2))
             self._run(
                 "rope", (d, h, t), None, x.buffer, cs.buffer, out.buffer, _i32(h), _i32(d),
-                _i32(rot_dim), _i32(1 if style == "neox" else 0),
+                _i32(rot_dim), _i32(1 if style == "neox" else 0), _i32(pos0),
             )  # fmt: skip
         return out
 

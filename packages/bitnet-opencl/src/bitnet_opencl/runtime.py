@@ -49,6 +49,7 @@ class Runtime:
         self.max_work_group = int(self.device.max_work_group_size)
         self._kernels: dict[str, Any] = {}
         self._kernel_max: dict[str, int] = {}
+        self._groups: dict[tuple, Any] = {}
         self._lock = threading.Lock()
         self.launch_lock = threading.Lock()
 
@@ -73,18 +74,29 @@ class Runtime:
     def reduce_group(self, name: str, want: int, need: int | None = None) -> int:
         """A power-of-two work-group size for a reducing kernel: <= want, the kernel's
         limit, and (when ``need`` is given) no larger than the next power of two of it."""
-        size = min(want, self.kernel_max_work_group(name), self.max_work_group)
-        if need is not None:
-            size = min(size, 1 << max(0, int(need) - 1).bit_length())
-        return pow2_floor(size)
+        key = (name, want, None if need is None else min(int(need), want))
+        size = self._groups.get(key)
+        if size is None:
+            size = min(want, self.kernel_max_work_group(name), self.max_work_group)
+            if need is not None:
+                size = min(size, 1 << max(0, int(need) - 1).bit_length())
+            size = self._groups[key] = pow2_floor(size)
+        return size
 
     def row_plan(self, name: str, units: int) -> tuple[int, int]:
         """``(lanes, work-group size)`` for a row-parallel kernel whose rows hold
         ``units`` vector steps: on a CPU device one item a row (no exchange, many
         rows a group); on a GPU up to 16 lanes a row and up to 128 items a group.
         ``BITNET_OPENCL_GEMV=LANES:WG`` overrides (tuning)."""
-        limit = min(self.kernel_max_work_group(name), self.max_work_group)
         override = os.environ.get(ENV_GEMV, "").strip()
+        key = (name, min(int(units), 16), override)
+        plan = self._groups.get(key)
+        if plan is None:
+            plan = self._groups[key] = self._row_plan(name, units, override)
+        return plan
+
+    def _row_plan(self, name: str, units: int, override: str) -> tuple[int, int]:
+        limit = min(self.kernel_max_work_group(name), self.max_work_group)
         if override:
             try:
                 lanes, wg = (int(v) for v in override.split(":"))
