@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from ocl_helpers import acts, ternary
 
 from bitnet_opencl import OpenCLProvider
@@ -161,3 +164,15 @@ def test_rope_position_tables(ocl, ref, rng, positions):
         got = ocl.to_host(ocl.rope(ocl.to_device(x), pos, 10000.0, style, 12))
         want = ref.rope(x, pos, 10000.0, style, 12)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(x).max())
+
+
+@given(
+    codes=hnp.arrays(
+        np.int8,
+        st.tuples(st.integers(1, 4), st.integers(1, 150)),
+        elements=st.integers(-1, 1),
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_packed_layout_property(codes):
+    np.testing.assert_array_equal(unpack_blocks(pack_blocks(codes), codes.shape[1]), codes)
