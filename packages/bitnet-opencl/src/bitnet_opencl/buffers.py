@@ -13,7 +13,6 @@ matrix kernels read whole 64-byte blocks of a row.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 from collections import defaultdict
@@ -93,12 +92,14 @@ class _Block:
         self.pending: Any = None
 
     def __del__(self) -> None:
+        # no module globals here: at interpreter shutdown they may already be None
         pool, self._pool = self._pool, None
-        self.pending = None
-        if pool is not None:
-            # at interpreter shutdown the context is going away anyway
-            with contextlib.suppress(Exception):
+        try:  # noqa: SIM105
+            self.pending = None
+            if pool is not None:
                 pool.release(self.buffer, self.size)
+        except Exception:  # the context is going away anyway
+            pass
 
 
 class CLArray:
