@@ -109,8 +109,9 @@ class CLArray:
 
     def __init__(self, block: _Block, shape: tuple[int, ...], dtype: Any) -> None:
         self._block = block
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
+        # fast path for the provider's own calls (a tuple of ints, a np.dtype)
+        self.shape = shape if type(shape) is tuple else tuple(int(s) for s in shape)
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
 
     @property
     def buffer(self) -> Any:

@@ -40,6 +40,7 @@ ASYNC_UPLOAD_BYTES = 1 << 20
 #: Token counts up to this use the GEMV kernel; larger ones the tiled GEMM.
 GEMV_MAX_TOKENS = 8
 _WG = 64  # default work-group size of the reducing kernels
+_F32 = np.dtype(np.float32)
 
 _HOST_DTYPES = {
     np.dtype(np.float32): np.float32,
@@ -96,6 +97,7 @@ class OpenCLProvider:
         self._lock = threading.Lock()
         self._rope_tables: OrderedDict[tuple, CLArray] = OrderedDict()
         self._last_quant: tuple[weakref.ref, CLArray, CLArray] | None = None
+        self._locals: dict[int, Any] = {}
 
     # --- probing and the device ---------------------------------------------
     def probe(self, explicit: bool = False) -> Availability:
@@ -164,10 +166,10 @@ class OpenCLProvider:
         }
 
     # --- helpers --------------------------------------------------------------
-    def _alloc(self, shape: tuple[int, ...], dtype: Any = np.float32) -> CLArray:
-        dtype = np.dtype(dtype)
+    def _alloc(self, shape: tuple[int, ...], dtype: Any = _F32) -> CLArray:
+        dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
-        return CLArray(self.runtime.pool.acquire(nbytes), shape, dtype)
+        return CLArray(self.runtime.pool.acquire(nbytes), tuple(shape), dtype)
 
     def _dev(self, x: Any, what: str, dtype: Any = np.float32) -> CLArray:
         """A ``CLArray`` of ``dtype`` (uploading a host array; checking a device one)."""
@@ -192,7 +194,12 @@ class OpenCLProvider:
         self._run(name, grid, (wg, 1), *args, _i32(lanes), self._local(wg * item))
 
     def _local(self, nbytes: int) -> Any:
-        return self.runtime.cl.LocalMemory(max(4, int(nbytes)))
+        """A local-memory kernel argument of ``nbytes`` (descriptors are reused)."""
+        nbytes = max(4, int(nbytes))
+        mem = self._locals.get(nbytes)
+        if mem is None:
+            mem = self._locals[nbytes] = self.runtime.cl.LocalMemory(nbytes)
+        return mem
 
     # --- memory ---------------------------------------------------------------
     @_op
