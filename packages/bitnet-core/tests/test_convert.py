@@ -184,6 +184,30 @@ def test_cli_convert_and_refusals(tmp_path, silu_ckpt, capsys):
     cfg_path.write_text(json.dumps(cfg))
 
 
+def test_1bitllm_names(tmp_path, silu_ckpt):
+    """1bitLLM's bitnet_b1_58 layout: model_type llama, BitnetForCausalLM, other sub-norm names."""
+    from safetensors.numpy import load_file, save_file
+
+    src, model = silu_ckpt
+    d = tmp_path / "hf"
+    d.mkdir()
+    for f in src.iterdir():
+        if f.suffix == ".safetensors":
+            renamed = {
+                k.replace("self_attn.attn_sub_norm", "self_attn.inner_attn_ln").replace(
+                    "mlp.ffn_sub_norm", "mlp.ffn_layernorm"
+                ): v
+                for k, v in load_file(str(f)).items()
+            }
+            save_file(renamed, str(d / f.name))
+        else:
+            (d / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(model_type="llama", architectures=["BitnetForCausalLM"])
+    (d / "config.json").write_text(json.dumps(cfg))
+    _check(convert_checkpoint(d, tmp_path / "m.gguf"), model, tied=True)
+
+
 def test_tq_types_need_256_multiples(tmp_path):
     random_hf_checkpoint(tmp_path / "hf", hidden_size=64, intermediate_size=128, num_heads=4)
     with pytest.raises(UnsupportedModelError, match="256"):
