@@ -37,7 +37,9 @@ N_TOKENS = 48
 
 @pytest.fixture(scope="module")
 def silu(tmp_path_factory):
-    s = cv.build(tmp_path_factory.mktemp("crossval"), layers=4, types=("f32", "tq2_0"), seed=0)
+    s = cv.build(
+        tmp_path_factory.mktemp("crossval"), layers=4, types=("f32", "i2_s", "tq2_0"), seed=0
+    )
     ids = np.random.default_rng(1).integers(2, s.vocab_size, N_TOKENS).tolist()
     hf = {
         "plain": cv.hf_logits(s.model, ids, quant=False),
@@ -49,7 +51,7 @@ def silu(tmp_path_factory):
     return s, ids, hf, band
 
 
-@pytest.mark.parametrize("ternary_type", ["f32", "tq2_0"])
+@pytest.mark.parametrize("ternary_type", ["f32", "i2_s", "tq2_0"])
 def test_transformers_exact_without_activation_quantization(silu, ternary_type):
     s, ids, hf, _ = silu
     ours = cv.our_logits(s.files[ternary_type], ids, quant=False)
@@ -58,9 +60,10 @@ def test_transformers_exact_without_activation_quantization(silu, ternary_type):
     assert cv.argmax_agreement(ours, hf["plain"]) == 1.0
 
 
-def test_transformers_with_int8_activations_inside_band(silu):
+@pytest.mark.parametrize("ternary_type", ["f32", "i2_s"])
+def test_transformers_with_int8_activations_inside_band(silu, ternary_type):
     s, ids, hf, band = silu
-    ours = cv.our_logits(s.files["f32"], ids, quant=True)
+    ours = cv.our_logits(s.files[ternary_type], ids, quant=True)
     err = cv.rel_l2(ours, hf["q"])
     assert 0 < band < 0.2  # the band is real and not absurd
     assert err <= band
