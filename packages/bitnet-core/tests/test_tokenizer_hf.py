@@ -112,6 +112,23 @@ def test_sentencepiece_model(sp_dir):
         assert ours.decode(sp.encode(text)) == sp.decode(sp.encode(text)), text
 
 
+def test_sentencepiece_added_tokens_and_padding(sp_dir, tmp_path):
+    import shutil
+
+    d = tmp_path / "sp"
+    shutil.copytree(sp_dir, d)
+    (d / "tokenizer_config.json").write_text(
+        json.dumps({"added_tokens_decoder": {"700": {"content": "<pad>", "special": True}}})
+    )
+    meta = tokenizer_metadata_from_hf(d, vocab_size=704)
+    tokens, types = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"]
+    assert len(tokens) == 704 and tokens[700] == "<pad>" and types[700] == 3
+    assert tokens[703] == "[PAD703]" and types[703] == 5
+    ours = BitnetTokenizer.from_metadata(meta)
+    assert 700 in ours.encode("a<pad>b", add_bos=False, special=True)
+    assert 700 not in ours.encode("a<pad>b", add_bos=False)
+
+
 def test_sentencepiece_ids_equal_llama_cpp(sp_dir, tmp_path):
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     meta = tokenizer_metadata_from_hf(sp_dir)
