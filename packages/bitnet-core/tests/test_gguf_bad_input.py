@@ -53,6 +53,7 @@ def test_not_gguf(tmp_path):
     _fails(tmp_path, b"\x89PNG" + bytes(100), "bad magic")
     _fails(tmp_path, one_tensor_blob(version=1), "unsupported GGUF version 1")
     _fails(tmp_path, one_tensor_blob(version=99), "unsupported GGUF version 99")
+    _fails(tmp_path, one_tensor_blob(version=3 << 24), "big-endian GGUF files are not supported")
     with pytest.raises(ModelFileError, match="no such file"):
         GGUFFile(tmp_path / "missing.gguf")
     with pytest.raises(ModelFileError, match="not a regular file"):

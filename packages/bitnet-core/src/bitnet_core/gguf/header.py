@@ -195,6 +195,8 @@ def scan_header(buf: np.ndarray, path: Path) -> Header:
         raise cur.fail(f"not a GGUF file: bad magic {buf[:4].tobytes()!r}")
     cur.pos = 4
     version = cur.u32("version")
+    if version not in (2, 3) and struct.unpack("<I", struct.pack(">I", version))[0] in (2, 3):
+        raise cur.fail("big-endian GGUF files are not supported")
     if version not in (2, 3):
         raise cur.fail(f"unsupported GGUF version {version} (bitnet reads versions 2 and 3)")
     n_tensors = cur.count("tensor count", 24)
