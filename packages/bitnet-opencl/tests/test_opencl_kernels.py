@@ -176,3 +176,14 @@ def test_rope_position_tables(ocl, ref, rng, positions):
 @settings(max_examples=60, deadline=None)
 def test_packed_layout_property(codes):
     np.testing.assert_array_equal(unpack_blocks(pack_blocks(codes), codes.shape[1]), codes)
+
+
+@pytest.mark.parametrize("start,t", [(255, 2), (1000, 1), (700, 3), (511, 1)])
+def test_attention_split_keys(ocl, ref, rng, start, t):
+    """Long contexts split the keys over work-groups (including a split that is
+    empty for the first query) and merge the partial softmaxes."""
+    cap = start + t
+    kc, vc = acts(rng, cap, 2, 40), acts(rng, cap, 2, 40)
+    q = acts(rng, t, 4, 40, scale=0.3)
+    got = ocl.to_host(ocl.attention(ocl.to_device(q), ocl.to_device(kc), ocl.to_device(vc), start))
+    np.testing.assert_allclose(got, ref.attention(q, kc, vc, start), rtol=1e-4, atol=2e-5)

@@ -37,6 +37,10 @@ from .weights import OpenCLWeight, host_layout
 
 #: Host arrays up to this size are uploaded without blocking (after a private copy).
 ASYNC_UPLOAD_BYTES = 1 << 20
+#: Attention splits the keys in spans of this many when there are more than one
+#: span and fewer (head, query) work-groups than ATTN_SPLIT_BELOW_GROUPS.
+ATTN_SPAN = 256
+ATTN_SPLIT_BELOW_GROUPS = 512
 #: Token counts up to this use the GEMV kernel; larger ones the tiled GEMM.
 GEMV_MAX_TOKENS = 8
 _WG = 64  # default work-group size of the reducing kernels
@@ -498,14 +502,34 @@ class OpenCLProvider:
         if hkv == 0 or hq % hkv or kc.shape[2] != d or start < 0 or start + t > kc.shape[0]:
             raise ShapeError(f"attention: q {q.shape} vs cache {kc.shape} at {start}")
         out = self._alloc(q.shape)
-        if q.size:
-            lsz = self.runtime.reduce_group("attention", _WG, start + t)
+        if not q.size:
+            return out
+        scale = np.float32(1.0 / math.sqrt(d))
+        n_max = start + t
+        splits = -(-n_max // ATTN_SPAN)
+        if splits > 1 and hq * t < ATTN_SPLIT_BELOW_GROUPS:
+            # few (head, query) work-groups over many keys: split the keys
+            lsz = self.runtime.reduce_group("attention_part", _WG, ATTN_SPAN)
+            po = self._alloc((t, hq, splits, d))
+            pml = self._alloc((t, hq, splits, 2))
             self._run(
-                "attention", (lsz * hq, t), (lsz, 1), q.buffer, kc.buffer, vc.buffer, out.buffer,
-                _i32(hq), _i32(hkv), _i32(d), _i32(start), np.float32(1.0 / math.sqrt(d)),
-                self._local(d * 4), self._local(d * 4), self._local(lsz * 4),
-                self._local(lsz * 4),
+                "attention_part", (lsz * hq, t, splits), (lsz, 1, 1), q.buffer, kc.buffer,
+                vc.buffer, po.buffer, pml.buffer, _i32(hq), _i32(hkv), _i32(d), _i32(start),
+                scale, _i32(ATTN_SPAN), self._local(d * 4), self._local(d * 4),
+                self._local(lsz * 4), self._local(lsz * 4),
             )  # fmt: skip
+            mlsz = self.runtime.reduce_group("attention_merge", _WG, d)
+            self._run(
+                "attention_merge", (mlsz * hq, t), (mlsz, 1), po.buffer, pml.buffer, out.buffer,
+                _i32(hq), _i32(d), _i32(splits),
+            )  # fmt: skip
+            return out
+        lsz = self.runtime.reduce_group("attention", _WG, n_max)
+        self._run(
+            "attention", (lsz * hq, t), (lsz, 1), q.buffer, kc.buffer, vc.buffer, out.buffer,
+            _i32(hq), _i32(hkv), _i32(d), _i32(start), scale, self._local(d * 4),
+            self._local(d * 4), self._local(lsz * 4), self._local(lsz * 4),
+        )  # fmt: skip
         return out
 
     def _unary(self, name: str, x: Any) -> CLArray:
