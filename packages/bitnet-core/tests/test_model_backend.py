@@ -143,6 +143,16 @@ def test_prefill_then_decode_equals_all_at_once(weights, split):
         np.testing.assert_allclose(backend.forward(ids, seq), full[-1], rtol=1e-5, atol=1e-5)
 
 
+def test_chunked_prefill_equals_one_batch(weights):
+    ids = np.random.default_rng(4).integers(0, weights.config.vocab_size, 23)
+    one = GenericBackend(ReferenceProvider(), weights).logits(ids)
+    chunked = GenericBackend(ReferenceProvider(), weights, max_batch=5)
+    np.testing.assert_allclose(chunked.logits(ids), one, rtol=1e-5, atol=1e-5)
+    with chunked.new_cache() as seq:
+        np.testing.assert_allclose(chunked.forward(ids, seq), one[-1], rtol=1e-5, atol=1e-5)
+        assert seq.length == 23
+
+
 def test_activations_differ():
     a = random_weights(tiny(), seed=3)
     b = random_weights(tiny(ffn_activation="relu2"), seed=3)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ConfigError, ShapeError
 from .kv_cache import KVCache, KVCacheConfig, Sequence
 from .memory_pool import MemoryPool
 from .weights import DeviceWeights, ModelWeights, check_token_ids
@@ -78,7 +78,11 @@ class GenericBackend:
         quantize_activations: bool = True,
         kv_cache: KVCacheConfig | None = None,
         progress: bool | None = None,
+        max_batch: int = 512,
     ) -> None:
+        if not isinstance(max_batch, int) or max_batch <= 0:
+            raise ConfigError(f"max_batch must be a positive integer, got {max_batch!r}")
+        self.max_batch = max_batch
         self._provider = provider
         self.config = weights.config
         self.quantize_activations = quantize_activations
@@ -113,15 +117,22 @@ class GenericBackend:
 
         Thread-safe: concurrent generations interleave one forward call at a time.
         """
-        with self._lock:
-            return self._forward(token_ids, cache, all_logits)
-
-    def _forward(self, token_ids: Any, cache: Sequence, all_logits: bool) -> np.ndarray:
-        p, cfg, w = self._provider, self.config, self.weights
         ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
             raise ShapeError("forward needs at least one token id")
-        check_token_ids(ids, cfg.vocab_size)
+        check_token_ids(ids, self.config.vocab_size)
+        with self._lock:  # reserve inside: eviction must not hit a sequence mid-forward
+            cache.reserve(cache.length + int(ids.size))  # all of it up front, or a clear error
+            # Long prompts go in chunks of max_batch tokens (bounded activation and
+            # attention memory); the result is the same as one batch.
+            outs = [
+                self._forward(ids[i : i + self.max_batch], cache, all_logits)
+                for i in range(0, ids.size, self.max_batch)
+            ]
+        return np.concatenate(outs) if all_logits else outs[-1]
+
+    def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
+        p, cfg, w = self._provider, self.config, self.weights
         t = int(ids.size)
         start = cache.length
         cache.reserve(start + t)
