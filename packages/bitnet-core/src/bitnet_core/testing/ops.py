@@ -125,6 +125,35 @@ def check_empty(p: Any, rng: np.random.Generator, shape: tuple[int, ...]) -> Non
         raise ConformanceFailure(f"empty{shape} defaults to {got.dtype}, expected float32")
 
 
+def check_reshape(p: Any, rng: np.random.Generator, t: int, h: int, d: int) -> None:
+    """The engine views ``[T, H*D]`` as ``[T, H, D]`` and back: ``p.reshape(x, shape)`` if the
+    provider has it, else ``x.reshape(shape)`` (row-major, ``bitnet_core.model.backend``)."""
+    x = rng.standard_normal((t, h * d)).astype(np.float32)
+    reshape = getattr(p, "reshape", None) or (lambda a, shape: a.reshape(shape))
+    dev = p.silu(upload(p, x))  # an op's output, as the engine reshapes them
+    try:
+        three = reshape(dev, (t, h, d))
+        two = reshape(three, (t, h * d))
+    except AttributeError as exc:
+        raise ConformanceFailure(
+            f"device arrays cannot be reshaped ({exc}): give the provider a "
+            "reshape(x, shape) method or the arrays a row-major reshape(shape)"
+        ) from exc
+    want = REFERENCE.silu(x)
+    assert_close(
+        f"reshape [{t}, {h * d}] -> [{t}, {h}, {d}]", download(p, three), want.reshape(t, h, d)
+    )
+    assert_close(f"reshape [{t}, {h}, {d}] -> [{t}, {h * d}]", download(p, two), want)
+    # an op on the view sees the view's shape
+    out = download(p, p.rope(three, np.arange(t), 10000.0, "neox", d - d % 2))
+    assert_close(
+        "rope of a reshaped array",
+        out,
+        REFERENCE.rope(want.reshape(t, h, d), np.arange(t), 10000.0, "neox", d - d % 2),
+        bound=np.full(out.shape, rope_atol(t) * float(np.abs(want).max())),
+    )
+
+
 # --- ops -----------------------------------------------------------------------
 
 
@@ -434,6 +463,8 @@ def op_cases() -> list[OpCase]:
                 shape=shape, dtype=dtype)  # fmt: skip
     for shape in ((1,), (3, 5), (2, 1, 7)):
         add("empty", "x".join(map(str, shape)), check_empty, shape=shape)
+    for t, h, d in ((1, 1, 2), (3, 4, 16), (5, 3, 10)):
+        add("reshape", f"T{t}-H{h}-D{d}", check_reshape, t=t, h=h, d=d)
 
     for vocab, dim, n_ids in (
         (1, 1, 1),
