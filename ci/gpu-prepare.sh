@@ -3,7 +3,9 @@
 # lane needs on the lent GPU machine, which has Python 3.12, no Vulkan loader
 # and no registry access (REFERENCE.md, "Running the GPU-style backends"):
 #   .gl/   the Debian packages of the Vulkan loader and glvnd (amd64)
-#   .whl/  cp312 manylinux wheels of pyopencl, vulkan, wgpu, gguf and their needs
+#   .whl/  cp312 manylinux wheels of pyopencl, vulkan, wgpu, gguf and their needs,
+#          and the workspace's pure-Python wheels (the backends, built here, where
+#          glslangValidator and the registry are; bitnet-core is compiled there)
 # Both folders are git-ignored; carry them to the GPU machine with the tree
 # (device tool: carry [".gl", ".whl"]). Then run bash ci/gpu-smoke.sh there.
 set -euo pipefail
@@ -18,5 +20,15 @@ WHEELS=(pyopencl pytools platformdirs siphash24 cffi pycparser vulkan wgpu rende
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d .whl "${WHEELS[@]}"
+# The workspace packages whose wheels do not depend on the Python version
+# (py3-none-*) travel built;
+# platform wheels (bitnet-core's native module) are built on the GPU machine.
+for d in packages/*/; do
+  [ -f "$d/pyproject.toml" ] || continue
+  name="$(basename "$d")"
+  [ "$name" = "bitnet-core" ] && continue
+  uv build -q --wheel --package "$name" --out-dir .whl
+done
+find .whl -name 'bitnet*.whl' ! -name '*-py3-none-*.whl' -delete  # keep Python-version-independent wheels
 ls .gl .whl
 du -sh .gl .whl

@@ -11,8 +11,9 @@
 #   - unpacks .gl/*.deb into / (Vulkan loader, glvnd) and runs ldconfig,
 #   - installs .whl/*.whl into /tmp/site (pyopencl, vulkan, wgpu, gguf, ...),
 #   - points Vulkan/EGL at NVIDIA's ICD files and OpenCL at libnvidia-opencl,
-#   - builds and installs the workspace packages with the machine's python3
-#     (scikit-build-core, pybind11, cmake and numpy are in its image).
+#   - builds the workspace packages not carried as wheels (bitnet-core's
+#     native module) with the machine's python3 (scikit-build-core, pybind11,
+#     cmake and numpy are in its image) into /tmp/bitnet-site.
 # On a development machine with a GPU and a .venv, it uses the .venv as is.
 # BITNET_SMOKE_ALLOW_UNAVAILABLE=1 reports missing devices instead of failing
 # (to try the script where there is no GPU).
@@ -56,7 +57,12 @@ else
   export PYTHONPATH="${SITE}${PYTHONPATH:+:$PYTHONPATH}"  # build-time needs (wgpu) too
   echo "gpu-smoke: building the workspace packages with $(python3 --version)"
   pkgs=()
-  for d in packages/*/; do [ -f "$d/pyproject.toml" ] && pkgs+=("./$d"); done
+  for d in packages/*/; do
+    [ -f "$d/pyproject.toml" ] || continue
+    wheel_name="$(basename "$d" | tr - _)"
+    ls .whl/"$wheel_name"-*.whl >/dev/null 2>&1 && continue  # carried, built by gpu-prepare.sh
+    pkgs+=("./$d")
+  done
   python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
     --target /tmp/bitnet-site "${pkgs[@]}"
   SITE="/tmp/bitnet-site${SITE:+:$SITE}"
