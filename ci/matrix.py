@@ -6,7 +6,10 @@
     python ci/matrix.py needs-extras [--ci] [LANE]  exit 0 if a lane needs ci/python-extras.sh
     python ci/matrix.py run [--ci] [LANE ...]       run lanes, print a summary, exit 1 on a failure
 
-``run`` runs each lane in its own process group with the lane's timeout.
+``run`` runs each lane in its own process group with the lane's timeout,
+cut short by ``BITNET_CI_DEADLINE`` (seconds since the epoch; ci/test.sh sets
+it so the whole of CI stays within its hour): a lane that would start past
+it is reported "no time" and fails.
 pytest's exit code 5 (no tests collected) passes: a lane whose package has
 no tests of that kind yet is reported as such, not failed. Results are
 written to ``$BITNET_CI_OUT/lanes.json`` (default ``out/ci``).
@@ -33,6 +36,7 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parent.parent
 LANES_FILE = ROOT / "ci" / "lanes.toml"
 NO_TESTS = 5  # pytest: no tests were collected
+MIN_LANE_SECONDS = 30  # a lane is not started with less time than this before the deadline
 
 
 @dataclass
@@ -128,9 +132,22 @@ def _run(cmd: list[str] | str, env: dict[str, str], deadline: float) -> int:
         return 124
 
 
+def ci_deadline() -> float | None:
+    """``BITNET_CI_DEADLINE`` as a ``time.monotonic()`` value, or None."""
+    value = os.environ.get("BITNET_CI_DEADLINE", "").strip()
+    if not value:
+        return None
+    return time.monotonic() + (float(value) - time.time())
+
+
 def run_lane(lane: Lane) -> Result:
     start = time.monotonic()
     deadline = start + lane.timeout * 60
+    overall = ci_deadline()
+    if overall is not None:
+        if overall - start < MIN_LANE_SECONDS:
+            return Result(lane.name, "no time", 0.0, "BITNET_CI_DEADLINE reached before it started")
+        deadline = min(deadline, overall)
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     env.update({k: str(v) for k, v in lane.env.items()})
@@ -146,7 +163,10 @@ def run_lane(lane: Lane) -> Result:
         return Result(lane.name, "no tests", time.monotonic() - start, "no test paths yet")
     collected = bool(lane.run)
     for paths in targets:
-        cmd = [sys.executable, "-m", "pytest", *paths, "-q", "-p", "no:cacheprovider"]
+        # One package per pytest run, so test files never collide across packages and
+        # "prepend" lets a package's tests import their helper modules (tests/*.py).
+        cmd = [sys.executable, "-m", "pytest", *paths, "-q", "-p", "no:cacheprovider",
+               "--import-mode=prepend"]  # fmt: skip
         if lane.markers:
             cmd += ["-m", lane.markers]
         print("$ python " + " ".join(cmd[1:]), flush=True)
@@ -194,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = out / "lanes.json.tmp"
     tmp.write_text(json.dumps([r.__dict__ for r in results], indent=1))
     tmp.replace(out / "lanes.json")
-    return 1 if any(r.status in ("failed", "timeout") for r in results) else 0
+    return 1 if any(r.status in ("failed", "timeout", "no time") for r in results) else 0
 
 
 if __name__ == "__main__":

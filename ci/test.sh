@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.local/bin:$PATH"
+# Everything, set-up included, within BITNET_CI_MINUTES (CI allows 60).
+export BITNET_CI_DEADLINE="${BITNET_CI_DEADLINE:-$(($(date +%s) + ${BITNET_CI_MINUTES:-57} * 60))}"
 if [ $# -eq 0 ]; then
   bash ci/setup.sh --full
 else

@@ -58,3 +58,16 @@ def test_failures_and_timeouts_fail_the_lane(matrix, tmp_path, monkeypatch):
     slow = matrix.Lane("slow", run=["sleep 30"], timeout=0.02)
     result = matrix.run_lane(slow)
     assert result.status == "timeout" and result.seconds < 20
+
+
+def test_ci_deadline_stops_lanes(matrix, tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setattr(matrix, "ROOT", tmp_path)
+    monkeypatch.setattr(matrix, "MIN_LANE_SECONDS", 2)
+    monkeypatch.setenv("BITNET_CI_DEADLINE", str(time.time() + 1))
+    result = matrix.run_lane(matrix.Lane("late", run=["true"], timeout=5))
+    assert result.status == "no time"
+    monkeypatch.setenv("BITNET_CI_DEADLINE", str(time.time() + 4))
+    result = matrix.run_lane(matrix.Lane("cut", run=["sleep 60"], timeout=5))
+    assert result.status == "timeout" and result.seconds < 20
