@@ -126,8 +126,8 @@ def check_empty(p: Any, rng: np.random.Generator, shape: tuple[int, ...]) -> Non
 
 
 def check_reshape(p: Any, rng: np.random.Generator, t: int, h: int, d: int) -> None:
-    """The engine views ``[T, H*D]`` as ``[T, H, D]`` and back: ``p.reshape(x, shape)`` if the
-    provider has it, else ``x.reshape(shape)`` (row-major, ``bitnet_core.model.backend``)."""
+    """The engine views ``[T, H*D]`` as ``[T, H, D]`` and back with the ``reshape`` op
+    (row-major, like numpy), on the outputs of other ops, and feeds the views to ops."""
     x = rng.standard_normal((t, h * d)).astype(np.float32)
     reshape = getattr(p, "reshape", None) or (lambda a, shape: a.reshape(shape))
     dev = p.silu(upload(p, x))  # an op's output, as the engine reshapes them
@@ -136,8 +136,8 @@ def check_reshape(p: Any, rng: np.random.Generator, t: int, h: int, d: int) -> N
         two = reshape(three, (t, h * d))
     except AttributeError as exc:
         raise ConformanceFailure(
-            f"device arrays cannot be reshaped ({exc}): give the provider a "
-            "reshape(x, shape) method or the arrays a row-major reshape(shape)"
+            f"device arrays cannot be reshaped ({exc}): implement the protocol's "
+            "reshape(array, shape) op (a row-major view)"
         ) from exc
     flat = download(p, dev)  # the values themselves must not change: exact
     assert_close(
