@@ -153,7 +153,7 @@ class VulkanContext:
     def allocate(self, size: int, host: bool = False, pooled: bool = True) -> Buffer:
         """A storage buffer of ``size`` bytes (``host``: host-visible staging memory)."""
         vk, ffi, lib = self.vk, self.vk.ffi, self.vk.lib
-        size = max(int(size), 16)
+        size = max(-(-int(size) // 16) * 16, 16)  # whole uint words for the shaders
         limit = self.info.limits["max_storage_buffer_range"] if self.info else 0
         if not host and limit and size > limit:
             raise ProviderError(
