@@ -166,11 +166,12 @@ class CommandStream:
 
     def release(self, buf: Buffer) -> None:
         """Give a buffer back: pooled ones to their free list, others destroyed once idle."""
-        if not buf.alive:
+        if not buf.alive or self.ctx.device is None:
             return
         if buf.pooled:
             self._free.setdefault((False, buf.size), []).append(buf)
-        elif self.recording and buf.last_epoch == self.epoch:
+        elif self.recording:
+            # destroying it means resetting the descriptor pool, which the open recording uses
             self._doomed.append(buf)
         else:
             self._destroy([buf])
@@ -182,7 +183,7 @@ class CommandStream:
         self._reset_descriptors()
 
     def _reset_descriptors(self) -> None:
-        if self._sets:
+        if self._sets and self.ctx.device is not None:
             self._sets.clear()
             vkapi.check(
                 "vkResetDescriptorPool",
