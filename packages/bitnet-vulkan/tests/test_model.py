@@ -52,5 +52,9 @@ def test_logits_and_greedy_tokens(vk, weights):
     before = dict(provider.stream.stats)
     got = dev.generate_ids(PROMPT, max_tokens=10, temperature=0)
     submits = provider.stream.stats["submits"] - before["submits"]
+    replays = provider.stream.stats["replays"] - before["replays"]
     assert got == ref.generate_ids(PROMPT, max_tokens=10, temperature=0)
     assert submits <= len(got) + 1  # one submission a forward pass (prefill + each decode step)
+    # decode steps repeat once the buffer pool settles: their command buffer is replayed,
+    # with the new token id, rope table and cache position in the buffers it reads
+    assert replays >= len(got) - 5

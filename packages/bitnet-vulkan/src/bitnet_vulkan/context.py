@@ -34,6 +34,8 @@ class Buffer:
     pooled: bool
     last_epoch: int = -1  # the stream epoch that last recorded a use of it
     alive: bool = True
+    key: int = 0  # the handle as an integer (identifies it in recorded steps)
+    free: bool = False  # pooled and given back
 
 
 class VulkanContext:
@@ -198,7 +200,7 @@ class VulkanContext:
             ptr = ffi.new("void**")
             vkapi.check("vkMapMemory", lib.vkMapMemory(self.device, mem[0], 0, size, 0, ptr))
             mapped = np.frombuffer(ffi.buffer(ptr[0], size), dtype=np.uint8)
-        return Buffer(handle, mem[0], size, mapped, pooled)
+        return Buffer(handle, mem[0], size, mapped, pooled, key=int(ffi.cast("uintptr_t", handle)))
 
     def destroy(self, buf: Buffer) -> None:
         if not buf.alive or self.device is None:

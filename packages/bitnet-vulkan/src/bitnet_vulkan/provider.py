@@ -60,6 +60,7 @@ class VulkanProvider:
         self._ctx: VulkanContext | None = None
         self._explicit = True  # constructed directly: the caller asked for this provider
         self._rope_cache: tuple[tuple, VulkanArray, VulkanArray] | None = None
+        self._step_values: dict = {}
 
     # --- probe and lifetime -----------------------------------------------------
     def probe(self, explicit: bool = False) -> Availability:
@@ -135,6 +136,7 @@ class VulkanProvider:
         with self._lock:
             ctx, self._ctx = self._ctx, None
             self._rope_cache = None
+            self._step_values = {}
             if ctx is not None:
                 ctx.stream.close()
                 ctx.pipelines.close()
@@ -228,13 +230,7 @@ class VulkanProvider:
         """A zero-filled device array."""
         shape = tuple(int(s) for s in shape)
         out = self._new(shape, dtype)
-        nbytes = out.nbytes
-        if nbytes:
-            stream = self.stream
-            stream._open()
-            stream.lib.vkCmdFillBuffer(stream.cmd, out.buffer.handle, 0, -(-nbytes // 4) * 4, 0)
-            stream._record_barrier()
-            out.buffer.last_epoch = stream.epoch
+        self.stream.fill_zero(out.buffer, out.nbytes)
         return out
 
     def reshape(self, x: VulkanArray, shape: tuple[int, ...]) -> VulkanArray:
@@ -456,8 +452,30 @@ class VulkanProvider:
         t = x.shape[0] if x.ndim else 0
         if start < 0 or start + t > cache.shape[0] or x.shape[1:] != cache.shape[1:]:
             raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
-        row_bytes = int(math.prod(cache.shape[1:])) * cache.dtype.itemsize
-        self.stream.copy(x.buffer, cache.buffer, t * row_bytes, 0, start * row_bytes)
+        row = int(math.prod(cache.shape[1:]))
+        if cache.dtype.itemsize != 4:  # 32-bit caches go through the shader (replayable)
+            nbytes = row * cache.dtype.itemsize
+            self.stream.copy(x.buffer, cache.buffer, t * nbytes, 0, start * nbytes)
+            return
+        if t * row == 0:
+            return
+        self._run(
+            "kv_store",
+            [x, cache, self._step_value(start)],
+            pack_push("II", t * row, row),
+            (self._groups(t * row, ELEMENTWISE_WG), 1, 1),
+            (ELEMENTWISE_WG,),
+        )
+
+    def _step_value(self, value: int) -> VulkanArray:
+        """``value`` in a one-word device buffer, shared by the ops of the open step."""
+        epoch = self.stream.epoch
+        if self._step_values.get("epoch") != epoch:
+            self._step_values = {"epoch": epoch}
+        found = self._step_values.get(value)
+        if found is None:
+            found = self._step_values[value] = self.to_device(np.array([value], np.uint32))
+        return found
 
     def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> VulkanArray:
         q = self._dev(q, "attention")
@@ -483,8 +501,8 @@ class VulkanProvider:
             raise UnsupportedOperationError(f"attention: head dim {d} is too large")
         self._run(
             "attention",
-            [q, k_cache, v_cache, out],
-            pack_push("IIIIIf", t, hq, hkv, d, start, 1.0 / math.sqrt(d)),
+            [q, k_cache, v_cache, out, self._step_value(start)],
+            pack_push("IIIIf", t, hq, hkv, d, 1.0 / math.sqrt(d)),
             (self._groups(t * hq, 1), 1, 1),
             (wg,),
         )
