@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from bitnet_core import __version__
 from bitnet_core.errors import (
     BitnetError,
     ProviderError,
@@ -26,6 +25,7 @@ from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
 from bitnet_core.hal.weights import TernaryWeight
 
 from . import vkapi
+from ._version import __version__
 from .arrays import Lease, VulkanArray, VulkanWeight, device_nbytes, padded_cols
 from .context import VulkanContext
 from .devices import ENV_DEVICE
