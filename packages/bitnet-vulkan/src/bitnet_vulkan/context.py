@@ -21,6 +21,9 @@ from bitnet_core.errors import ProviderError
 from . import devices, vkapi
 
 ENV_INT_DOT = "BITNET_VULKAN_INT_DOT"
+#: Testing knob: treat the device as discrete (device-only buffers, staging copies) even where
+#: its memory is host-visible, so the discrete-GPU transfer path runs on lavapipe too.
+ENV_FORCE_STAGING = "BITNET_VULKAN_FORCE_STAGING"
 
 
 @dataclass(eq=False)
@@ -48,6 +51,7 @@ class VulkanContext:
         self.info: devices.DeviceInfo | None = None
         self.queue: Any = None
         self.use_int_dot = False
+        self.force_staging = os.environ.get(ENV_FORCE_STAGING, "").strip() in ("1", "true", "on")
 
     @classmethod
     def create(cls, explicit: bool = False) -> VulkanContext:
@@ -150,7 +154,7 @@ class VulkanContext:
 
     @property
     def unified(self) -> bool:
-        return bool(self.info and self.info.unified_memory)
+        return bool(self.info and self.info.unified_memory) and not self.force_staging
 
     def allocate(self, size: int, host: bool = False, pooled: bool = True) -> Buffer:
         """A storage buffer of ``size`` bytes (``host``: host-visible staging memory)."""
