@@ -1,15 +1,20 @@
 #version 450
 // y[t, n] = sum_k x[t, k] * table[n, k]; the table is float32 or (F16) float16,
-// read as uint words either way. LX threads share a row, ROWS rows a workgroup.
+// read as uint words either way. LX threads share a row, ROWS rows a workgroup; with
+// USE_SUBGROUP one subgroup a row, reduced with subgroupAdd (1-D workgroup).
+#ifdef USE_SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+layout(local_size_x_id = 0) in;
+#else
 layout(local_size_x_id = 0, local_size_y_id = 1) in;
+#endif
 layout(constant_id = 2) const bool F16 = false;
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer T { uint table[]; };
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform P { uint n_rows; uint tokens; uint cols; } p;
-
-shared float red[gl_WorkGroupSize.y][gl_WorkGroupSize.x];
 
 float load(uint i) {
     if (F16) {
@@ -18,6 +23,22 @@ float load(uint i) {
     }
     return uintBitsToFloat(table[i]);
 }
+
+#ifdef USE_SUBGROUP
+void main() {
+    for (uint t = gl_WorkGroupID.y; t < p.tokens; t += gl_NumWorkGroups.y) {
+        for (uint n = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; n < p.n_rows;
+             n += gl_NumWorkGroups.x * gl_NumSubgroups) {
+            float acc = 0.0;
+            for (uint k = gl_SubgroupInvocationID; k < p.cols; k += gl_SubgroupSize)
+                acc += x[t * p.cols + k] * load(n * p.cols + k);
+            acc = subgroupAdd(acc);
+            if (subgroupElect()) y[t * p.n_rows + n] = acc;
+        }
+    }
+}
+#else
+shared float red[gl_WorkGroupSize.y][gl_WorkGroupSize.x];
 
 void main() {
     uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y;
@@ -41,3 +62,4 @@ void main() {
         }
     }
 }
+#endif

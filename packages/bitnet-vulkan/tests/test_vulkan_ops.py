@@ -58,7 +58,7 @@ def test_quantize_act_zero_row_and_ties(vk, ref):
     "tokens,rows,cols",
     [(1, 1, 1), (1, 33, 17), (3, 29, 37), (2, 64, 256), (5, 7, 300), (1, 130, 1000)],
 )
-def test_matmul_i2s_both_paths(vk_matmul, ref, tokens, rows, cols):
+def test_matmul_i2s_every_path(vk_matmul, ref, tokens, rows, cols):
     w = ternary(rows, cols)
     x = RNG.standard_normal((tokens, cols)).astype(np.float32)
     rq, rs = ref.quantize_act(x)
@@ -70,6 +70,34 @@ def test_matmul_i2s_both_paths(vk_matmul, ref, tokens, rows, cols):
     close(got, ref.matmul_i2s(rq, rs, ref.load_ternary(w)), rtol=1e-6, atol=1e-7)
     close(
         vk_matmul.to_host(vk_matmul.linear(x, vk_matmul.load_ternary(w))),
+        ref.linear(x, ref.load_ternary(w)),
+        rtol=1e-6,
+        atol=1e-7,
+    )
+
+
+def test_matmul_dense_every_path(vk_matmul, ref):
+    for dtype in (np.float16, np.float32):
+        table = RNG.standard_normal((131, 67)).astype(dtype)
+        x = RNG.standard_normal((2, 67)).astype(np.float32)
+        got = vk_matmul.to_host(vk_matmul.matmul_dense(x, vk_matmul.to_device(table)))
+        want = ref.matmul_dense(x, table)
+        assert (np.abs(got - want) <= 1e-5 * (np.abs(x) @ np.abs(table.astype(np.float64)).T)).all()
+
+
+@pytest.mark.parametrize("sg_wg", [32, 64, 128])
+def test_subgroup_workgroup_sizes(vk, ref, monkeypatch, sg_wg):
+    """The subgroup shaders take any workgroup size: rows follow gl_SubgroupID / gl_NumSubgroups."""
+    if not vk.context.use_subgroup:
+        pytest.skip("subgroup matmuls are not used on this device")
+    import bitnet_vulkan.provider as provider_module
+
+    monkeypatch.setattr(provider_module, "MATMUL_SG_CPU", sg_wg)
+    monkeypatch.setattr(provider_module, "MATMUL_SG_GPU", sg_wg)
+    w = ternary(53, 200)
+    x = RNG.standard_normal((2, 200)).astype(np.float32)
+    close(
+        vk.to_host(vk.linear(x, vk.load_ternary(w))),
         ref.linear(x, ref.load_ternary(w)),
         rtol=1e-6,
         atol=1e-7,
@@ -141,6 +169,7 @@ def test_matmul_workgroup_layouts(vk, ref, monkeypatch, layout):
 
     monkeypatch.setattr(provider_module, "MATMUL_CPU", layout)
     monkeypatch.setattr(provider_module, "MATMUL_GPU", layout)
+    monkeypatch.setattr(vk.context, "use_subgroup", False)  # the shared-memory shaders
     w = ternary(70, 45)
     x = RNG.standard_normal((3, 45)).astype(np.float32)
     table = RNG.standard_normal((70, 45)).astype(np.float16)

@@ -21,6 +21,7 @@ from bitnet_core.errors import ProviderError
 from . import devices, vkapi
 
 ENV_INT_DOT = "BITNET_VULKAN_INT_DOT"
+ENV_SUBGROUP = "BITNET_VULKAN_SUBGROUP"
 #: Testing knob: treat the device as discrete (device-only buffers, staging copies) even where
 #: its memory is host-visible, so the discrete-GPU transfer path runs on lavapipe too.
 ENV_FORCE_STAGING = "BITNET_VULKAN_FORCE_STAGING"
@@ -51,6 +52,7 @@ class VulkanContext:
         self.info: devices.DeviceInfo | None = None
         self.queue: Any = None
         self.use_int_dot = False
+        self.use_subgroup = False
         self.force_staging = os.environ.get(ENV_FORCE_STAGING, "").strip() in ("1", "true", "on")
 
     @classmethod
@@ -87,6 +89,7 @@ class VulkanContext:
         info = self.info
         assert info is not None
         self.use_int_dot = _want_int_dot(info)
+        self.use_subgroup = _want_subgroup(info)
         priorities = ffi.new("float[1]", [1.0])
         queue_info = ffi.new(
             "VkDeviceQueueCreateInfo*",
@@ -238,3 +241,17 @@ def _want_int_dot(info: devices.DeviceInfo) -> bool:
     if env in ("0", "false", "no", "off"):
         return False
     return info.int_dot_accelerated
+
+
+def _want_subgroup(info: devices.DeviceInfo) -> bool:
+    """Subgroup-reduced matmuls: ``BITNET_VULKAN_SUBGROUP`` = 1/0 forces, else where supported."""
+    env = os.environ.get(ENV_SUBGROUP, "").strip().lower()
+    if env in ("1", "true", "yes", "on"):
+        if not info.subgroup_arithmetic:
+            raise ProviderError(
+                f"{ENV_SUBGROUP}=1 but {info.name} has no subgroup arithmetic in compute shaders"
+            )
+        return True
+    if env in ("0", "false", "no", "off"):
+        return False
+    return info.subgroup_arithmetic and info.subgroup_size >= 4

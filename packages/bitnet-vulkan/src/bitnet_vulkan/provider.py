@@ -36,6 +36,8 @@ ACT_EPS = 1e-5
 #: matmul threads a row x rows a workgroup: GPUs (warp-sized rows) and CPU devices (lavapipe)
 MATMUL_GPU = (32, 4)
 MATMUL_CPU = (8, 16)
+#: workgroup size of the subgroup-reduced matmuls (one subgroup a row)
+MATMUL_SG_GPU, MATMUL_SG_CPU = 128, 64
 ELEMENTWISE_WG = 256
 #: CPU devices (lavapipe) pay per workgroup: a few large ones, each looping, run faster.
 CPU_DEVICE_GROUPS = int(os.environ.get("BITNET_VULKAN_CPU_GROUPS", "64"))
@@ -326,14 +328,36 @@ class VulkanProvider:
     def _matmul_cfg(self) -> tuple[int, int]:
         return MATMUL_CPU if self.context.info.is_cpu else MATMUL_GPU
 
-    def _matmul_groups(self, rows: int, tokens: int) -> tuple[int, int, int]:
-        lim = self.context.info.limits
-        cap = CPU_DEVICE_GROUPS if self.context.info.is_cpu else lim["max_workgroup_count_x"]
+    def _plain_groups(self, rows: int, tokens: int) -> tuple[int, int, int]:
+        """Workgroups of a shared-memory matmul (``_matmul_cfg`` rows each)."""
+        ctx = self.context
+        lim = ctx.info.limits
+        cap = CPU_DEVICE_GROUPS if ctx.info.is_cpu else lim["max_workgroup_count_x"]
         return (
             max(1, min(-(-rows // self._matmul_cfg[1]), cap)),
             max(1, min(tokens, lim["max_workgroup_count_y"])),
             1,
         )
+
+    def _matmul_launch(self, shader: str, rows: int, tokens: int, extra: tuple[int, ...] = ()):
+        """(shader variant, workgroups, specialization constants) of a matmul over ``rows``."""
+        ctx = self.context
+        lim = ctx.info.limits
+        cap = CPU_DEVICE_GROUPS if ctx.info.is_cpu else lim["max_workgroup_count_x"]
+        if ctx.use_subgroup:
+            wg = MATMUL_SG_CPU if ctx.info.is_cpu else MATMUL_SG_GPU
+            per_group = max(1, wg // max(ctx.info.subgroup_size, 1))
+            spec: tuple[int, ...] = (wg, 1, *extra)
+            shader += "_sg"
+        else:
+            per_group = self._matmul_cfg[1]
+            spec = (*self._matmul_cfg, *extra)
+        groups = (
+            max(1, min(-(-rows // per_group), cap)),
+            max(1, min(tokens, lim["max_workgroup_count_y"])),
+            1,
+        )
+        return shader, groups, spec
 
     def matmul_i2s(self, xq: Any, xscale: Any, weight: VulkanWeight) -> VulkanArray:
         if not isinstance(weight, VulkanWeight):
@@ -350,13 +374,15 @@ class VulkanProvider:
         out = self._new((tokens, weight.rows))
         if out.size == 0:
             return out
-        shader = "matmul_i2s_dot" if self.context.use_int_dot else "matmul_i2s"
+        shader, groups, spec = self._matmul_launch(
+            "matmul_i2s_dot" if self.context.use_int_dot else "matmul_i2s", weight.rows, tokens
+        )
         self._run(
             shader,
             [xq, xscale, weight.codes, weight.scales, out],
             pack_push("III", weight.rows, tokens, weight.words_per_row),
-            self._matmul_groups(weight.rows, tokens),
-            self._matmul_cfg,
+            groups,
+            spec,
         )
         return out
 
@@ -378,7 +404,7 @@ class VulkanProvider:
             "matmul_ternary_float",
             [x, weight.codes, weight.scales, out],
             pack_push("IIII", weight.rows, tokens, weight.words_per_row, weight.cols),
-            self._matmul_groups(weight.rows, tokens),
+            self._plain_groups(weight.rows, tokens),
             self._matmul_cfg,
         )
         return out
@@ -394,13 +420,10 @@ class VulkanProvider:
             return out
         if x.shape[1] == 0:
             return self.empty((tokens, n))
-        self._run(
-            "matmul_dense",
-            [x, table, out],
-            pack_push("III", n, tokens, x.shape[1]),
-            self._matmul_groups(n, tokens),
-            (*self._matmul_cfg, int(table.dtype == np.float16)),
+        shader, groups, spec = self._matmul_launch(
+            "matmul_dense", n, tokens, (int(table.dtype == np.float16),)
         )
+        self._run(shader, [x, table, out], pack_push("III", n, tokens, x.shape[1]), groups, spec)
         return out
 
     def rope(
