@@ -183,3 +183,26 @@ def test_matmul_workgroup_layouts(vk, ref, monkeypatch, layout):
     close(vk.to_host(vk.matmul_ternary_float(x, vk.load_ternary(w))), want, rtol=1e-5, atol=1e-6)
     want = ref.matmul_dense(x, table)
     close(vk.to_host(vk.matmul_dense(x, vk.to_device(table))), want, rtol=1e-5, atol=1e-6)
+
+
+def test_linears_of_one_input_share_its_quantization(vk, ref):
+    w1, w2 = ternary(9, 40), ternary(11, 40)
+    x = vk.to_device(RNG.standard_normal((2, 40)).astype(np.float32))
+    before = vk.stream.stats["dispatches"]
+    a, b = vk.linear(x, vk.load_ternary(w1)), vk.linear(x, vk.load_ternary(w2))
+    assert vk.stream.stats["dispatches"] - before == 3  # one quantize_act, two matmuls
+    hx = vk.to_host(x)
+    close(vk.to_host(a), ref.linear(hx, ref.load_ternary(w1)), rtol=1e-6, atol=1e-7)
+    close(vk.to_host(b), ref.linear(hx, ref.load_ternary(w2)), rtol=1e-6, atol=1e-7)
+    # an array kv_store writes into is quantized afresh
+    cache = vk.to_device(np.zeros((2, 40), np.float32))
+    wv = vk.load_ternary(w1)
+    vk.linear(cache, wv)
+    new = RNG.standard_normal((2, 40)).astype(np.float32)
+    vk.kv_store(cache, vk.to_device(new), 0)
+    close(
+        vk.to_host(vk.linear(cache, wv)),
+        ref.linear(new, ref.load_ternary(w1)),
+        rtol=1e-6,
+        atol=1e-7,
+    )

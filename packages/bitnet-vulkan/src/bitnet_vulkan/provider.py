@@ -63,6 +63,7 @@ class VulkanProvider:
         self._explicit = True  # constructed directly: the caller asked for this provider
         self._rope_cache: tuple[tuple, VulkanArray, VulkanArray] | None = None
         self._step_values: dict = {}
+        self._quant_memo: tuple | None = None  # (x, epoch, xq, xs) of the last linear
 
     # --- probe and lifetime -----------------------------------------------------
     def probe(self, explicit: bool = False) -> Availability:
@@ -139,6 +140,7 @@ class VulkanProvider:
             ctx, self._ctx = self._ctx, None
             self._rope_cache = None
             self._step_values = {}
+            self._quant_memo = None
             if ctx is not None:
                 ctx.stream.close()
                 ctx.pipelines.close()
@@ -387,7 +389,14 @@ class VulkanProvider:
         return out
 
     def linear(self, x: Any, weight: VulkanWeight) -> VulkanArray:
-        xq, xs = self.quantize_act(x)
+        """``matmul_i2s(quantize_act(x))``; q/k/v (and gate/up) share one quantization of ``x``."""
+        memo = self._quant_memo
+        if memo is not None and memo[0] is x and memo[1] == self.stream.epoch:
+            xq, xs = memo[2], memo[3]
+        else:
+            xq, xs = self.quantize_act(x)
+            if isinstance(x, VulkanArray):  # holding x keeps its buffer from being reused
+                self._quant_memo = (x, self.stream.epoch, xq, xs)
         return self.matmul_i2s(xq, xs, weight)
 
     def matmul_ternary_float(self, x: Any, weight: VulkanWeight) -> VulkanArray:
@@ -472,6 +481,8 @@ class VulkanProvider:
         if not isinstance(cache, VulkanArray):
             raise UnsupportedOperationError("kv_store: the cache must be a device array")
         x = self._dev(x, "kv_store", cache.dtype)
+        if self._quant_memo is not None and self._quant_memo[0].buffer is cache.buffer:
+            self._quant_memo = None  # the array it quantized changes
         t = x.shape[0] if x.ndim else 0
         if start < 0 or start + t > cache.shape[0] or x.shape[1:] != cache.shape[1:]:
             raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
