@@ -10,7 +10,7 @@ import pytest
 from bitnet_core.errors import ShapeError
 from bitnet_core.hal.provider import Availability
 from bitnet_core.providers.reference import ReferenceProvider
-from bitnet_core.testing import ConformanceFailure, conformance, run
+from bitnet_core.testing import ConformanceFailure, conformance, model, run
 from bitnet_core.testing.tolerances import Tolerance, assert_close
 
 pytest_plugins = ["pytester"]
@@ -213,3 +213,27 @@ def test_one_line_suite_fails_a_buggy_provider(pytester):
     assert outcomes.get("failed", 0) >= 8, result.stdout.str()
     assert outcomes.get("passed", 0) >= 2  # probe/attributes and the K=1 shapes still pass
     result.stdout.fnmatch_lines(["*test_op*matmul_i2s-T3-K31-N17*"])
+
+
+@pytest.mark.parametrize("config_name", sorted(model.MODEL_CONFIGS))
+def test_greedy_check_is_not_vacuous(config_name):
+    """A float32 provider (errors ~1e-7) gets all 12 greedy steps compared, not cut short."""
+    assert model.check_greedy(Float32Norm(), config_name) == 12
+
+
+class Float32Norm(ReferenceProvider):
+    """A correct provider with float32 rounding of its own (rmsnorm in float32)."""
+
+    name = "f32-norm"
+
+    def rmsnorm(self, x, weight, eps):
+        x = np.asarray(x, np.float32)
+        ms = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32)
+        return (x / np.sqrt(ms + np.float32(eps)) * weight).astype(np.float32)
+
+
+def test_model_checks_catch_a_matmul_bug():
+    report = run(OffByOneMatmul(), only=["model"])
+    failed = {r.id for r in report.failed}
+    assert {f"model-prefill-{c}" for c in model.MODEL_CONFIGS} <= failed, failed
+    assert {f"model-decode-{c}" for c in model.MODEL_CONFIGS} <= failed, failed

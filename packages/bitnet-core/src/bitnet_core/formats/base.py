@@ -43,8 +43,8 @@ class Codec:
 
     # --- helpers for subclasses ---------------------------------------------
     def check_shape(self, rows: int, cols: int) -> None:
-        if rows < 0 or cols < 0:
-            raise ShapeError(f"{self.name}: negative shape ({rows}, {cols})")
+        if rows <= 0 or cols <= 0:
+            raise ShapeError(f"{self.name}: empty or negative shape ({rows}, {cols})")
         if cols % self.col_multiple:
             raise QuantizationError(
                 f"{self.name}: rows of {cols} columns are not a multiple of {self.col_multiple}"
@@ -69,8 +69,8 @@ class Codec:
 def check_codes(codes: np.ndarray, what: str) -> np.ndarray:
     """Validate ternary codes: 2-D, values in {-1, 0, +1}; returns an int8 array."""
     codes = np.asarray(codes)
-    if codes.ndim != 2:
-        raise ShapeError(f"{what}: ternary codes must be 2-D, got shape {codes.shape}")
+    if codes.ndim != 2 or codes.size == 0:
+        raise ShapeError(f"{what}: ternary codes must be 2-D and non-empty, got {codes.shape}")
     if codes.size and (codes.min() < -1 or codes.max() > 1):
         raise QuantizationError(f"{what}: ternary codes must be in {{-1, 0, +1}}")
     return codes.astype(np.int8, copy=False)

@@ -36,7 +36,7 @@ def _decode(b: np.ndarray, muls: np.ndarray) -> np.ndarray:
     """Bytes ``[nb, width]`` -> trits ``[nb, len(muls)*width]``."""
     nb, width = b.shape
     q = b.reshape(nb, 1, width) * muls.reshape(1, -1, 1)  # wraps mod 256 like uint8 in C
-    return ((q.astype(np.uint16) * 3) >> 8).astype(np.int8).reshape(nb, -1)
+    return ((q.astype(np.uint16) * 3) >> 8).astype(np.int8).reshape(nb, muls.size * width)
 
 
 class TQ1_0(Codec):

@@ -58,6 +58,7 @@ KERNEL_INVENTORY: tuple[str, ...] = (
     "to_host",
     "empty",
     "load_ternary",
+    "reshape",
     "embedding",
     "rmsnorm",
     "quantize_act",
@@ -121,6 +122,9 @@ class KernelProvider(Protocol):
     def to_host(self, array: Any) -> np.ndarray: ...
     def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> Any: ...
     def load_ternary(self, weight: TernaryWeight) -> Any: ...
+    def reshape(self, array: Any, shape: tuple[int, ...]) -> Any:
+        """A row-major view of ``array`` with the same number of elements (no copy)."""
+        ...
 
     # ops
     def embedding(self, table: Any, ids: np.ndarray) -> Any: ...

@@ -277,8 +277,8 @@ def load(
     impossible request fails before any weight is read.
     """
     t0 = time.perf_counter()
-    model_path = resolve_model_path(path)
     selection = select(device)
+    model_path = resolve_model_path(path)
     from ..gguf import open_model_file  # the formats package owns GGUF reading
 
     mf = open_model_file(model_path)

@@ -126,6 +126,8 @@ def stream_text(
                 stats.finish_reason = "stop"
                 return
         tail = matcher.feed(text[emitted:]) + matcher.flush()
+        if matcher.stopped:
+            stats.finish_reason = "stop"
         if tail:
             yield tail
     finally:

@@ -120,7 +120,7 @@ def token_probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarra
     p = np.exp(z)
     p /= p.sum()
     if params.top_p < 1.0:
-        order = np.argsort(-p, kind="stable")
+        order = np.argsort(-z, kind="stable")  # by logit: ties broken as argmax does
         cum = np.cumsum(p[order])
         # keep the smallest prefix whose mass reaches top_p (at least one token)
         cut = int(np.searchsorted(cum, params.top_p)) + 1

@@ -336,6 +336,72 @@ def check_binary(p: Any, rng: np.random.Generator, op: str, shape: tuple[int, ..
     assert_close(f"{op}({list(shape)})", got, want, tol=TOLERANCES[op])
 
 
+# --- weights in the file formats, and the quantizers ----------------------------
+
+
+def _codec_weight(name: str, codes: np.ndarray, scales: np.ndarray) -> TernaryWeight | None:
+    """``codes`` packed by codec ``name`` (per-row scales, else one per tensor); None if it can't."""
+    from ..formats import get_codec
+
+    codec = get_codec(name)
+    rows, cols = codes.shape
+    for s in (scales, np.float32(scales[0])):
+        try:
+            raw = codec.pack(codes, s)
+            got, _ = codec.unpack(raw, rows, cols)
+        except Exception:
+            continue
+        if np.array_equal(got, codes):
+            return TernaryWeight(f"{name}-weight", rows, cols, codec.name, raw, codec)
+    return None
+
+
+def format_shapes() -> dict[str, tuple[int, int]]:
+    """The formats whose packed bytes stand alone (``[rows, cols]`` each can hold)."""
+    try:
+        from ..formats import CODEC_NAMES, get_codec
+    except ImportError:
+        return {}
+    out = {}
+    for name in CODEC_NAMES:
+        multiple = get_codec(name).col_multiple
+        shape = (67, 2 * multiple if multiple > 1 else 259)
+        probe = np.ones((1, shape[1]), dtype=np.int8)
+        if _codec_weight(name, probe, np.ones(1, np.float32)) is not None:
+            out[name] = shape
+    return out
+
+
+def check_load_ternary(p: Any, rng: np.random.Generator, fmt: str, n: int, k: int) -> None:
+    """A weight in a file format (``weight.format``, ``weight.raw``) through matmul_i2s."""
+    codes = random_codes(rng, n, k)
+    scales = np.float16(rng.uniform(0.25, 4.0, size=n)).astype(np.float32)
+    weight = _codec_weight(fmt, codes, scales)
+    xq, xs = _quantized(rng, 5, k)
+    want = REFERENCE.matmul_i2s(xq, xs, REFERENCE.load_ternary(weight))
+    w_dev = p.load_ternary(weight)
+    poison(p, want.shape)
+    got = download(p, p.matmul_i2s(upload(p, xq), upload(p, xs), w_dev))
+    assert_close(
+        f"matmul_i2s of a {fmt} weight [{n}, {k}]", got, want, tol=TOLERANCES["matmul_i2s"]
+    )
+
+
+def check_quantize(p: Any, rng: np.random.Generator, qtype: str, shape: tuple[int, ...]) -> None:
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.reshape(-1, shape[-1])[0] = 0.0  # an all-zero row
+    want = REFERENCE.quantize(x, qtype)
+    got = p.quantize(x, qtype)
+    what = f"quantize({list(shape)}, {qtype!r})"
+    for attr in ("shape", "qtype"):
+        if getattr(got, attr, None) != getattr(want, attr):
+            raise ConformanceFailure(
+                f"{what}: {attr} {getattr(got, attr, None)!r}, expected {getattr(want, attr)!r}"
+            )
+    assert_close(f"{what} bytes", np.asarray(got.data), np.asarray(want.data))
+    assert_close(f"{what} scales", np.asarray(got.scales), np.asarray(want.scales))
+
+
 # --- the catalogue ---------------------------------------------------------------
 
 #: (T, K, N) of the matrix products: size 1, odd, one off 4/32/128/256, the 2B model's.
@@ -395,6 +461,16 @@ def op_cases() -> list[OpCase]:
     for t, k, n in ((1, 129, 33), (5, 2560, 7)):
         add("matmul_i2s", f"per-tensor-T{t}-K{k}-N{n}", check_matmul_i2s,
             t=t, k=k, n=n, per_tensor=True)  # fmt: skip
+    for fmt, (n, k) in format_shapes().items():
+        add("load_ternary", f"{fmt}-N{n}-K{k}", check_load_ternary, fmt=fmt, n=n, k=k)
+    try:
+        from ..formats import QTYPES
+    except ImportError:
+        QTYPES = {}
+    for qtype in QTYPES:
+        for shape in ((7,), (3, 256), (5, 512)):
+            add("quantize", f"{qtype}-{'x'.join(map(str, shape))}", check_quantize,
+                qtype=qtype, shape=shape)  # fmt: skip
     for t, k, n, large in MATMUL_SHAPES:
         add("linear", f"T{t}-K{k}-N{n}", check_linear, large=large, t=t, k=k, n=n)
         add("matmul_ternary_float", f"T{t}-K{k}-N{n}", check_matmul_ternary_float,
