@@ -4,20 +4,19 @@
 #   bash packages/bitnet-vulkan/bench/nvidia.sh prepare          # here, once (needs apt + pip)
 #   bash packages/bitnet-vulkan/bench/nvidia.sh run [bench args]  # there: tests, then the bench
 #
-# `prepare` fills .gpu-vulkan/ at the repository root (ignored through
-# .git/info/exclude): the Debian Vulkan/GL loader packages (the GPU machine has
+# `prepare` fills packages/bitnet-vulkan/bench/.gpu/ (ignored by the package's .gitignore):
+# the Debian Vulkan/GL loader packages (the GPU machine has
 # the NVIDIA driver but no loader), cp312 wheels of what the provider imports
 # (vulkan, cffi, pycparser, numpy, pytest), and the SPIR-V module built here
-# (that machine has no glslangValidator). Carry `.gpu-vulkan` to the device
-# call, e.g. command: bash packages/bitnet-vulkan/bench/nvidia.sh run --preset 2b --no-cpu --json $OUT/vulkan-2b.json
+# (that machine has no glslangValidator). Carry `packages/bitnet-vulkan/bench/.gpu` to the
+# device call, e.g. command: bash packages/bitnet-vulkan/bench/nvidia.sh run --preset 2b --no-cpu --json $OUT/vulkan-2b.json
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"
-DIR="$ROOT/.gpu-vulkan"
+DIR="$ROOT/packages/bitnet-vulkan/bench/.gpu"
 cd "$ROOT"
 
 prepare() {
   mkdir -p "$DIR/gl" "$DIR/whl" "$DIR/spirv" /tmp/amd64/partial
-  grep -qx '/.gpu-vulkan/' .git/info/exclude 2>/dev/null || echo '/.gpu-vulkan/' >>"$(git rev-parse --git-common-dir)/info/exclude"
   local o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
   # shellcheck disable=SC2086
   apt-get $o update -qq
