@@ -206,3 +206,19 @@ def test_linears_of_one_input_share_its_quantization(vk, ref):
         rtol=1e-6,
         atol=1e-7,
     )
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 37), (70, 300)])
+def test_row_ops_every_path(vk_matmul, ref, rows, cols):
+    """rmsnorm and quantize_act, shared-memory and subgroup versions alike."""
+    x = (RNG.standard_normal((rows, cols)) * 7).astype(np.float32)
+    w = RNG.standard_normal(cols).astype(np.float32)
+    close(
+        vk_matmul.to_host(vk_matmul.rmsnorm(x, w, 1e-5)),
+        ref.rmsnorm(x, w, 1e-5),
+        rtol=2e-5,
+        atol=1e-6,
+    )
+    xq, xs = vk_matmul.quantize_act(x)
+    rq, rs = ref.quantize_act(x)
+    assert np.array_equal(vk_matmul.to_host(xs), rs) and np.array_equal(vk_matmul.to_host(xq), rq)

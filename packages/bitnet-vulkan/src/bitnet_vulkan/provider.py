@@ -186,6 +186,15 @@ class VulkanProvider:
         bufs = [b.buffer if isinstance(b, VulkanArray) else b.buffer for b in buffers]
         self.stream.dispatch(pipe, bufs, push, groups)
 
+    def _row_launch(self, shader: str, rows: int, cols: int):
+        """(variant, workgroups, specialization) of a one-row-at-a-time shader (rmsnorm, quantize)."""
+        ctx = self.context
+        if ctx.use_subgroup:
+            wg = MATMUL_SG_CPU if ctx.info.is_cpu else MATMUL_SG_GPU
+            per_group = max(1, wg // max(ctx.info.subgroup_size, 1))
+            return shader + "_sg", (self._groups(rows, per_group), 1, 1), (wg,)
+        return shader, (self._groups(rows, 1), 1, 1), (_pow2_at_least(cols, 32, 256),)
+
     def _groups(self, n: int, per_group: int) -> int:
         """Workgroups for ``n`` items (the shaders loop over the rest): few on CPU devices."""
         info = self.context.info
@@ -297,14 +306,8 @@ class VulkanProvider:
         out = self._new(x.shape)
         if rows == 0 or cols == 0:
             return out
-        wg = _pow2_at_least(cols, 32, 256)
-        self._run(
-            "rmsnorm",
-            [x, weight, out],
-            pack_push("IIf", rows, cols, float(eps)),
-            (self._groups(rows, 1), 1, 1),
-            (wg,),
-        )
+        shader, groups, spec = self._row_launch("rmsnorm", rows, cols)
+        self._run(shader, [x, weight, out], pack_push("IIf", rows, cols, float(eps)), groups, spec)
         return out
 
     def quantize_act(self, x: Any) -> tuple[VulkanArray, VulkanArray]:
@@ -317,13 +320,8 @@ class VulkanProvider:
         if rows == 0:
             return xq, xs
         words = padded_cols(np.dtype(np.int8), (rows, cols)) // 4
-        self._run(
-            "quantize_act",
-            [x, xq, xs],
-            pack_push("III", rows, cols, words),
-            (self._groups(rows, 1), 1, 1),
-            (_pow2_at_least(cols, 32, 256),),
-        )
+        shader, groups, spec = self._row_launch("quantize_act", rows, cols)
+        self._run(shader, [x, xq, xs], pack_push("III", rows, cols, words), groups, spec)
         return xq, xs
 
     @property
