@@ -58,3 +58,29 @@ def test_logits_and_greedy_tokens(vk, weights):
     # decode steps repeat once the buffer pool settles: their command buffer is replayed,
     # with the new token id, rope table and cache position in the buffers it reads
     assert replays >= len(got) - 5
+
+
+@pytest.mark.parametrize("ternary_type", ["tq2_0", "tq1_0"])
+def test_gguf_file_through_the_cli_loader(vk, tmp_path, ternary_type):
+    """A real GGUF file (TQ2_0 / TQ1_0 blocks unpacked on load) on both devices."""
+    import bitnet_core
+    from bitnet_core.model.random import random_model_file
+
+    cfg = BitNetConfig(
+        vocab_size=300,
+        hidden_size=256,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=512,
+        context_length=64,
+    )
+    path = random_model_file(tmp_path / "m.gguf", cfg, seed=9, ternary_type=ternary_type)
+    ref = bitnet_core.load(path, device="cpu-reference", progress=False)
+    dev = bitnet_core.load(path, device="vulkan", progress=False)
+    prompt = [1, 72, 101, 108, 108, 111]
+    a, b = ref.logits(prompt), dev.logits(prompt)
+    assert rel_l2(a, b) < 3e-2 and (a.argmax(-1) == b.argmax(-1)).mean() >= 0.9
+    assert dev.generate_ids(prompt, max_tokens=6, temperature=0) == ref.generate_ids(
+        prompt, max_tokens=6, temperature=0
+    )
