@@ -52,16 +52,26 @@ int dot16(uint wword, uint xbase) {
 #endif
 
 #ifdef USE_SUBGROUP
+// TOKENS_PER_PASS tokens share each weight word read (prefill reads the weights T/4 times, not T).
+#define TOKENS_PER_PASS 4u
 void main() {
     uint x_words = 4u * p.w_words;
-    for (uint t = gl_WorkGroupID.y; t < p.tokens; t += gl_NumWorkGroups.y) {
+    for (uint t0 = gl_WorkGroupID.y * TOKENS_PER_PASS; t0 < p.tokens;
+         t0 += gl_NumWorkGroups.y * TOKENS_PER_PASS) {
+        uint nt = min(TOKENS_PER_PASS, p.tokens - t0);
         for (uint n = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; n < p.n_rows;
              n += gl_NumWorkGroups.x * gl_NumSubgroups) {
-            int acc = 0;
-            for (uint k = gl_SubgroupInvocationID; k < p.w_words; k += gl_SubgroupSize)
-                acc += dot16(w[n * p.w_words + k], t * x_words + 4u * k);
-            acc = subgroupAdd(acc);
-            if (subgroupElect()) y[t * p.n_rows + n] = float(acc) * scales[n] / xs[t];
+            int acc[TOKENS_PER_PASS];
+            for (uint j = 0u; j < TOKENS_PER_PASS; j++) acc[j] = 0;
+            for (uint k = gl_SubgroupInvocationID; k < p.w_words; k += gl_SubgroupSize) {
+                uint word = w[n * p.w_words + k];
+                for (uint j = 0u; j < nt; j++) acc[j] += dot16(word, (t0 + j) * x_words + 4u * k);
+            }
+            for (uint j = 0u; j < nt; j++) {
+                int total = subgroupAdd(acc[j]);
+                if (subgroupElect())
+                    y[(t0 + j) * p.n_rows + n] = float(total) * scales[n] / xs[t0 + j];
+            }
         }
     }
 }

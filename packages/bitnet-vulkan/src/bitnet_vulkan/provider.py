@@ -38,6 +38,7 @@ MATMUL_GPU = (32, 4)
 MATMUL_CPU = (8, 16)
 #: workgroup size of the subgroup-reduced matmuls (one subgroup a row)
 MATMUL_SG_GPU, MATMUL_SG_CPU = 128, 64
+SG_TOKENS_PER_PASS = 4  # TOKENS_PER_PASS in matmul_i2s.comp (subgroup variants)
 ELEMENTWISE_WG = 256
 #: CPU devices (lavapipe) pay per workgroup: a few large ones, each looping, run faster.
 CPU_DEVICE_GROUPS = int(os.environ.get("BITNET_VULKAN_CPU_GROUPS", "64"))
@@ -352,9 +353,12 @@ class VulkanProvider:
         else:
             per_group = self._matmul_cfg[1]
             spec = (*self._matmul_cfg, *extra)
+        token_groups = tokens
+        if shader == "matmul_i2s_sg" or shader == "matmul_i2s_dot_sg":
+            token_groups = -(-tokens // SG_TOKENS_PER_PASS)
         groups = (
             max(1, min(-(-rows // per_group), cap)),
-            max(1, min(tokens, lim["max_workgroup_count_y"])),
+            max(1, min(token_groups, lim["max_workgroup_count_y"])),
             1,
         )
         return shader, groups, spec
