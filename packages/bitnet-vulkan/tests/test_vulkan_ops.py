@@ -222,3 +222,16 @@ def test_row_ops_every_path(vk_matmul, ref, rows, cols):
     xq, xs = vk_matmul.quantize_act(x)
     rq, rs = ref.quantize_act(x)
     assert np.array_equal(vk_matmul.to_host(xs), rs) and np.array_equal(vk_matmul.to_host(xq), rq)
+
+
+def test_matmuls_on_buffers_over_a_mebibyte(vk, ref):
+    """Weights and tables big enough for buffers of their own (>= 1 MiB), several tokens."""
+    w = ternary(3000, 1600)  # 1.2 MB of 2-bit codes
+    x = RNG.standard_normal((5, 1600)).astype(np.float32)
+    got = vk.to_host(vk.linear(x, vk.load_ternary(w)))
+    close(got, ref.linear(x, ref.load_ternary(w)), rtol=1e-6, atol=1e-7)
+    table = RNG.standard_normal((4100, 300)).astype(np.float32)  # 4.9 MB
+    x2 = RNG.standard_normal((2, 300)).astype(np.float32)
+    got = vk.to_host(vk.matmul_dense(x2, vk.to_device(table)))
+    want = ref.matmul_dense(x2, table)
+    assert (np.abs(got - want) <= 1e-5 * (np.abs(x2) @ np.abs(table.astype(np.float64)).T)).all()
