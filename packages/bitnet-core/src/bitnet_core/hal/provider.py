@@ -12,7 +12,12 @@ Array conventions (the numpy reference provider is the executable spec):
 - activations are float32, row-major ``[T, ...]`` with T tokens;
 - ternary weights come in as ``TernaryWeight`` and are made resident by
   ``load_ternary``; dense tables (embeddings, the tied output head) by
-  ``to_device`` and may be kept as float16 or float32.
+  ``to_device`` and may be kept as float16 or float32;
+- arrays are immutable once an op returned them: nothing writes into an op's
+  input or result except ``kv_store`` (into a cache from ``empty``), so a
+  provider may share or cache results (one activation quantization for q/k/v);
+- ``rope`` positions and ``embedding`` ids stay host numpy arrays (a provider
+  may build exact tables from them on the host).
 
 Numerics every provider must match (``bitnet_core.testing`` checks them):
 
