@@ -69,7 +69,12 @@ class Pool {
         }
         cv_.notify_all();
         work();
-        while (pending_.load(std::memory_order_acquire) != 0) BITNET_PAUSE();
+        // wait for the workers; yield now and then in case a worker is not
+        // running (more runnable threads than cores)
+        for (int spins = 1; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+            BITNET_PAUSE();
+            if (spins % 1024 == 0) std::this_thread::yield();
+        }
     }
 
   private:
@@ -97,7 +102,8 @@ class Pool {
             uint64_t word;
             while (((word = job_.load(std::memory_order_acquire)) >> 8) == seen) {
                 BITNET_PAUSE();
-                if (++spins % 256 == 0 && std::chrono::steady_clock::now() - t0 > kSpin) {
+                if (++spins % 1024 == 0) std::this_thread::yield();
+                if (spins % 256 == 0 && std::chrono::steady_clock::now() - t0 > kSpin) {
                     std::unique_lock<std::mutex> lk(mu_);
                     cv_.wait(lk, [&] { return (job_.load() >> 8) != seen; });
                 }
