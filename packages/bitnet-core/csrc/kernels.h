@@ -35,7 +35,16 @@ struct TernaryArgs {
     int64_t T;
     float *y;               // [T, y_stride]
     int64_t y_stride;
+    bool tq2;               // i2 blocks inside llama.cpp TQ2_0 blocks (see i2_block)
 };
+
+// Address of 32-byte i2 block b of a row: i2_128 packs them back to back;
+// llama.cpp's TQ2_0 stores two of them (qs[64]) then an f16 scale per 66 bytes,
+// with the very same bit layout, so the kernels run on the file's bytes.
+constexpr int64_t kTQ2BlockBytes = 66;
+inline const uint8_t *i2_block(const uint8_t *row, int64_t b, bool tq2) {
+    return tq2 ? row + (b >> 1) * kTQ2BlockBytes + (b & 1) * 32 : row + b * 32;
+}
 
 struct DenseArgs {
     const void *w;          // [N, w_stride] float16 bits, float32 or int8 (see kernel)

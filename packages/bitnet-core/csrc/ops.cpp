@@ -43,14 +43,82 @@ Buffer aligned_buffer(size_t n) {
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+float half_bits_to_float(uint16_t h) {
+    const int e = (h >> 10) & 0x1f, man = h & 0x3ff;
+    float v = e == 0 ? std::ldexp(static_cast<float>(man), -24)
+              : e == 31 ? (man ? NAN : INFINITY)
+                        : std::ldexp(static_cast<float>(man | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
 // ------------------------------------------------------------ packed weights
 struct TernaryMatrix {
     std::string name, layout;
     int64_t rows = 0, cols = 0, kp = 0, row_bytes = 0;
-    Buffer data;
+    Buffer data;               // our packed copy (i2_128, tq1_160)
+    py::object keep;           // or the file's bytes (tq2_0), kept alive here
+    const uint8_t *ptr = nullptr;
     std::vector<float> scales;
 
     size_t nbytes() const { return static_cast<size_t>(rows * row_bytes); }
+    bool i2_blocks() const { return layout != "tq1_160"; }
+
+    // llama.cpp TQ2_0 bytes used in place (no copy): same bit layout as i2_128
+    // inside 66-byte blocks. The scales follow the reference codec's rule: one
+    // per row, from the blocks with a non-zero scale and a non-zero code, which
+    // must all agree. Raises ValueError where the bytes cannot be used as they
+    // are (code 3, a zero-scale block with non-zero codes, differing scales):
+    // the caller then goes through the codec.
+    static std::shared_ptr<TernaryMatrix> from_tq2_0(py::array raw, int64_t rows, int64_t cols,
+                                                     const std::string &name) {
+        if (cols % 256 || rows < 0) throw std::invalid_argument(name + ": TQ2_0 needs cols % 256 == 0");
+        auto bytes = CArray<uint8_t>::ensure(raw);
+        const int64_t row_bytes = cols / 256 * kTQ2BlockBytes;
+        if (!bytes || bytes.size() != rows * row_bytes)
+            throw std::invalid_argument(name + ": TQ2_0 data has the wrong size");
+        auto m = std::make_shared<TernaryMatrix>();
+        m->name = name;
+        m->layout = "tq2_0";
+        m->rows = rows;
+        m->cols = cols;
+        m->kp = cols;
+        m->row_bytes = row_bytes;
+        m->keep = bytes;
+        m->ptr = bytes.data();
+        m->scales.assign(rows, 0.0f);
+        std::string err;
+        {
+            py::gil_scoped_release nogil;
+            for (int64_t r = 0; r < rows && err.empty(); ++r) {
+                const uint8_t *row = m->ptr + r * row_bytes;
+                bool have = false;
+                float scale = 0.0f;
+                for (int64_t blk = 0; blk < cols / 256; ++blk) {
+                    const uint8_t *b = row + blk * kTQ2BlockBytes;
+                    bool live = false;
+                    for (int j = 0; j < 64; ++j) {
+                        uint8_t q = b[j];
+                        // a 2-bit field of 3 is not ternary; 1 is a zero weight
+                        if (((q & 0x55) & ((q >> 1) & 0x55)) != 0) err = "code 3";
+                        if (q != 0x55) live = true;
+                    }
+                    uint16_t h = static_cast<uint16_t>(b[64] | (b[65] << 8));
+                    float d = half_bits_to_float(h);
+                    if (d == 0.0f) {
+                        if (live) err = "a zero-scale block with non-zero codes";
+                        continue;
+                    }
+                    if (!live) continue;
+                    if (have && d != scale) err = "rows with more than one scale";
+                    have = true;
+                    scale = d;
+                }
+                m->scales[r] = scale;
+            }
+        }
+        if (!err.empty()) throw std::invalid_argument(name + ": TQ2_0 data not usable in place (" + err + ")");
+        return m;
+    }
 
     static std::shared_ptr<TernaryMatrix> from_codes(CArray<int8_t> codes, CArray<float> scales,
                                                      const std::string &layout,
@@ -73,6 +141,7 @@ struct TernaryMatrix {
             throw std::invalid_argument("unknown ternary layout '" + layout + "' (i2_128, tq1_160)");
         }
         m->data = aligned_buffer(m->nbytes());
+        m->ptr = m->data.get();
         m->scales.assign(scales.data(), scales.data() + m->rows);
         const int8_t *c = codes.data();
         bool bad = false;
@@ -118,12 +187,13 @@ struct TernaryMatrix {
     }
 
     void unpack_row(int64_t r, int8_t *o) const {
-        const uint8_t *w = data.get() + r * row_bytes;
+        const uint8_t *w = ptr + r * row_bytes;
         static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+        const bool tq2 = layout == "tq2_0";
         for (int64_t c = 0; c < cols; ++c) {
-            if (layout == "i2_128") {
+            if (i2_blocks()) {
                 int64_t b = c / kI2Block, i = (c % kI2Block) / 32, j = c % 32;
-                o[c] = static_cast<int8_t>(((w[b * 32 + j] >> (2 * i)) & 3) - 1);
+                o[c] = static_cast<int8_t>(((i2_block(w, b, tq2)[j] >> (2 * i)) & 3) - 1);
             } else {
                 int64_t b = c / kTQ1Block, i = (c % kTQ1Block) / 32, j = c % 32;
                 uint8_t q = static_cast<uint8_t>((w[b * 32 + j] ^ 0x80) * pow3[i]);
@@ -436,8 +506,9 @@ class Kernels {
 
     void ternary(const TernaryMatrix &w, const int8_t *xq, const float *xs, const int32_t *sum,
                  int64_t T, float *y) {
-        TernaryArgs a{w.data.get(), w.row_bytes, w.scales.data(), w.kp, xq, w.kp, sum, xs, T, y, w.rows};
-        if (w.layout == "i2_128") run_rows<TernaryArgs, &KernelTable::ternary_i2>(a, w.rows, 16);
+        TernaryArgs a{w.ptr, w.row_bytes, w.scales.data(), w.kp, xq, w.kp, sum, xs, T, y, w.rows,
+                      w.layout == "tq2_0"};
+        if (w.i2_blocks()) run_rows<TernaryArgs, &KernelTable::ternary_i2>(a, w.rows, 16);
         else run_rows<TernaryArgs, &KernelTable::ternary_tq1>(a, w.rows, 16);
     }
 
@@ -481,6 +552,8 @@ void register_ops(py::module_ &m) {
         "A ternary weight repacked for the CPU kernels (layout i2_128 or tq1_160).")
         .def_static("from_codes", &TernaryMatrix::from_codes, py::arg("codes"), py::arg("scales"),
                     py::arg("layout") = "i2_128", py::arg("name") = "weight")
+        .def_static("from_tq2_0", &TernaryMatrix::from_tq2_0, py::arg("raw"), py::arg("rows"), py::arg("cols"),
+                    py::arg("name") = "weight", "Use llama.cpp TQ2_0 bytes in place (kept alive, not copied).")
         .def_readonly("name", &TernaryMatrix::name)
         .def_readonly("layout", &TernaryMatrix::layout)
         .def_readonly("rows", &TernaryMatrix::rows)

@@ -70,7 +70,7 @@ def test_matmul_i2s_and_linear_exact(prov, shape, layout):
     w = _ternary(rng, n, k)
     ref_w = REF.load_ternary(w)
     nat_w = prov.load_ternary(w)
-    assert nat_w.layout == layout and nat_w.shape == (n, k)
+    assert nat_w.layout == ("i2_128" if layout == "auto" else layout) and nat_w.shape == (n, k)
     np.testing.assert_array_equal(nat_w.codes(), w.codes())
     x = _act(rng, t, k)
     xq, xs = REF.quantize_act(x)
@@ -83,6 +83,46 @@ def test_matmul_i2s_and_linear_exact(prov, shape, layout):
         rtol=1e-5,
         atol=1e-5 * np.abs(x).max() * np.sqrt(k),
     )
+
+
+def _tq2_weight(rng, n: int, k: int) -> TernaryWeight:
+    from bitnet_core.formats import get_codec
+
+    codec = get_codec("tq2_0")
+    codes = rng.integers(-1, 2, size=(n, k)).astype(np.int8)
+    codes[0, :256] = 0  # an all-zero block: stored with scale 0
+    raw = codec.pack(codes, rng.uniform(0.3, 2.0, n).astype(np.float32))
+    return TernaryWeight("w", n, k, "tq2_0", raw, codec)
+
+
+@pytest.mark.parametrize("shape", [(1, 256, 1), (3, 512, 7), (1, 1536, 33), (6, 768, 130)], ids=str)
+def test_tq2_0_used_in_place(prov, shape):
+    t, k, n = shape
+    rng = np.random.default_rng(k + n)
+    w = _tq2_weight(rng, n, k)
+    nat_w = prov.load_ternary(w)
+    assert nat_w.layout == "tq2_0" and nat_w.nbytes == w.raw.nbytes  # the file's bytes, no copy
+    np.testing.assert_array_equal(nat_w.codes(), w.codes())
+    np.testing.assert_array_equal(nat_w.scales, w.scales())
+    ref_w = REF.load_ternary(w)
+    x = _act(rng, t, k)
+    xq, xs = REF.quantize_act(x)
+    np.testing.assert_array_equal(prov.matmul_i2s(xq, xs, nat_w), REF.matmul_i2s(xq, xs, ref_w))
+    np.testing.assert_array_equal(prov.linear(x, nat_w), REF.linear(x, ref_w))
+
+
+def test_tq2_0_unusual_blocks_go_through_the_codec(prov):
+    rng = np.random.default_rng(5)
+    w = _tq2_weight(rng, 4, 512)
+    raw = w.raw.copy()
+    raw[66 + 64 : 66 + 66] = (
+        0  # row 0, block 1: scale 0 with non-zero codes (the codec zeroes them)
+    )
+    w2 = TernaryWeight("w", 4, 512, "tq2_0", raw, w.codec)
+    nat_w = prov.load_ternary(w2)
+    assert nat_w.layout == "i2_128"
+    x = _act(rng, 2, 512)
+    np.testing.assert_array_equal(prov.linear(x, nat_w), REF.linear(x, REF.load_ternary(w2)))
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (1, 7), (3, 33), (8, 1000), (17, 1536), (2, 4099)])

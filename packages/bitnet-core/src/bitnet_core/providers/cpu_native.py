@@ -10,8 +10,10 @@ Settings (environment, or the constructor / ``set_threads``):
 
 - ``BITNET_THREADS``: threads per kernel (default: the CPUs this process may
   use, from ``sched_getaffinity``);
-- ``BITNET_CPU_LAYOUT``: ternary layout, ``i2_128`` (2 bits a weight, the
-  default) or ``tq1_160`` (1.6 bits a weight: 20% fewer bytes, more decode work);
+- ``BITNET_CPU_LAYOUT``: ternary layout: ``auto`` (the default: llama.cpp
+  TQ2_0 tensors are used in place, zero-copy, other formats are repacked to
+  ``i2_128``), ``i2_128`` (2 bits a weight) or ``tq1_160`` (1.6 bits a weight:
+  20% fewer bytes, more decode work);
 - ``BITNET_CPU_INT8_HEAD=1``: run ``matmul_dense`` (the output head) on an int8
   copy of the table with per-row scales: half the bytes of float16, an
   approximation (about 1% relative error of the logits), so off by default.
@@ -33,7 +35,7 @@ from ..hal.weights import TernaryWeight
 from ..native import cpu_features, load_native
 from .reference import ReferenceProvider
 
-LAYOUTS = ("i2_128", "tq1_160")
+LAYOUTS = ("auto", "i2_128", "tq1_160")
 
 #: CPU features each instruction set's kernels need.
 REQUIRED_FEATURES: dict[str, tuple[str, ...]] = {
@@ -59,7 +61,7 @@ def threads_from_env() -> int:
 
 
 def layout_from_env() -> str:
-    layout = os.environ.get("BITNET_CPU_LAYOUT", "i2_128").strip() or "i2_128"
+    layout = os.environ.get("BITNET_CPU_LAYOUT", "auto").strip() or "auto"
     if layout not in LAYOUTS:
         raise ConfigError(f"BITNET_CPU_LAYOUT must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     return layout
@@ -151,10 +153,21 @@ class NativeCpuProvider(ReferenceProvider):
         mod, reason = load_native()
         if mod is None:
             raise UnsupportedOperationError(reason)
+        layout = self.layout
+        if layout == "auto" and weight.format == "tq2_0":
+            try:  # the file's bytes in place: no copy, no repacking
+                return mod.TernaryMatrix.from_tq2_0(
+                    weight.raw, weight.rows, weight.cols, weight.name
+                )
+            except ValueError:
+                pass  # unusual data (e.g. zero-scale blocks with codes): the codec decides
         codes, scales = weight.unpack()
         try:
             return mod.TernaryMatrix.from_codes(
-                codes, np.asarray(scales, np.float32), self.layout, weight.name
+                codes,
+                np.asarray(scales, np.float32),
+                "i2_128" if layout == "auto" else layout,
+                weight.name,
             )
         except ValueError as exc:
             raise QuantizationError(str(exc)) from None
