@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
 
     copy = copy_bandwidth()
     print(
-        f"copy bandwidth: {copy['best_gbps']:.1f} GB/s best, {copy['median_gbps']:.1f} median (read+write)"
+        f"copy bandwidth: {copy['median_gbps']:.1f} GB/s copied (median, best {copy['best_gbps']:.1f});"
+        f" read+write traffic {copy['traffic_median_gbps']:.1f} GB/s"
     )
     results = []
     for threads in args.threads:
