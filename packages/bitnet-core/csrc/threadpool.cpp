@@ -58,20 +58,22 @@ class Pool {
         ctx_ = ctx;
         n_ = n;
         grain_ = grain;
-        next_.store(0);
-        pending_.store(threads - 1);
+        nchunks_ = (n + grain - 1) / grain;
+        done_.store(0, std::memory_order_relaxed);
+        const uint64_t gen = (job_.load() >> 8) + 1;
+        // chunks are claimed from the ticket (generation << 32 | next chunk): a
+        // worker that wakes up late sees another generation and claims nothing,
+        // so the caller only ever waits for chunks in progress, never for a
+        // worker the OS has not scheduled yet
+        ticket_.store((gen & 0xffffffffu) << 32, std::memory_order_release);
         {
-            // the job word: generation in the high bits, worker count in the low byte,
-            // so a worker never pairs one job's generation with another's size
+            // the job word: generation in the high bits, worker count in the low byte
             std::lock_guard<std::mutex> lk(mu_);
-            uint64_t gen = (job_.load() >> 8) + 1;
             job_.store((gen << 8) | static_cast<uint64_t>(threads - 1), std::memory_order_release);
         }
         cv_.notify_all();
-        work();
-        // wait for the workers; yield now and then in case a worker is not
-        // running (more runnable threads than cores)
-        for (int spins = 1; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+        work(gen);
+        for (int spins = 1; done_.load(std::memory_order_acquire) != nchunks_; ++spins) {
             BITNET_PAUSE();
             if (spins % 1024 == 0) std::this_thread::yield();
         }
@@ -86,11 +88,21 @@ class Pool {
         }
     }
 
-    void work() {
+    void work(uint64_t gen) {
+        const uint64_t tag = (gen & 0xffffffffu) << 32;
+        uint64_t t = ticket_.load(std::memory_order_acquire);
         for (;;) {
-            int64_t b = next_.fetch_add(grain_, std::memory_order_relaxed);
-            if (b >= n_) break;
+            if ((t & ~0xffffffffull) != tag) return;  // another job's ticket
+            int64_t c = static_cast<int64_t>(t & 0xffffffffu);
+            if (c >= nchunks_) return;
+            if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel,
+                                               std::memory_order_acquire))
+                continue;  // t was reloaded
+            // the job cannot complete before this chunk is done: its fields are stable
+            int64_t b = c * grain_;
             fn_(ctx_, b, std::min(n_, b + grain_));
+            done_.fetch_add(1, std::memory_order_acq_rel);
+            t = ticket_.load(std::memory_order_acquire);
         }
     }
 
@@ -110,10 +122,7 @@ class Pool {
             }
             seen = word >> 8;
             if (stop_) return;
-            if (idx < static_cast<int>(word & 0xff)) {
-                work();
-                pending_.fetch_sub(1, std::memory_order_acq_rel);
-            }
+            if (idx < static_cast<int>(word & 0xff)) work(seen);
         }
     }
 
@@ -121,8 +130,9 @@ class Pool {
     std::mutex submit_mu_, mu_;
     std::condition_variable cv_;
     std::atomic<uint64_t> job_{0};
-    std::atomic<int64_t> next_{0};
-    std::atomic<int> pending_{0};
+    std::atomic<uint64_t> ticket_{0};
+    std::atomic<int64_t> done_{0};
+    int64_t nchunks_ = 0;
     std::atomic<bool> stop_{false};
     RangeFn fn_ = nullptr;
     void *ctx_ = nullptr;
