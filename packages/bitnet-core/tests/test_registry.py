@@ -165,8 +165,13 @@ def test_strict_mode_rejects_fake_gpu(clean_registry, monkeypatch):
     with pytest.raises(StrictModeError) as err:
         select("cuda")
     assert err.value.exit_code == 8
-    # auto ignores the fake and picks a real CPU provider
-    assert not select("auto").record.fake
+    # the fake is never selected: cpu is real, and auto either finds a real GPU or
+    # refuses to fall back past installed-but-unavailable GPU providers
+    assert not select("cpu").record.fake
+    try:
+        assert not select("auto").record.fake
+    except StrictModeError as exc:
+        assert "forbids falling back" in str(exc)
 
 
 def test_strict_mode_forbids_fallback_past_unavailable_gpu(installed_plugin, monkeypatch):

@@ -1,0 +1,42 @@
+"""``bitnet convert SRC_DIR OUT.gguf``: a Hugging Face BitNet checkpoint to GGUF."""
+
+from __future__ import annotations
+
+import argparse
+
+from ...convert.types import CONVERT_TYPES
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "convert",
+        help="convert a Hugging Face BitNet checkpoint (safetensors) to GGUF",
+        description="Convert a checkpoint saved by transformers' BitNetForCausalLM "
+        "(config.json, safetensors, tokenizer files) to a GGUF file.",
+    )
+    p.add_argument("src", help="checkpoint directory")
+    p.add_argument("out", help="GGUF file to write")
+    p.add_argument(
+        "--type",
+        dest="ternary_type",
+        choices=CONVERT_TYPES,
+        default="tq2_0",
+        help="format of the ternary layer weights (default: tq2_0)",
+    )
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ...convert import convert_checkpoint
+
+    path = convert_checkpoint(  # BitnetErrors become one line and their exit code in main()
+        args.src,
+        args.out,
+        ternary_type=args.ternary_type,
+        overwrite=args.force,
+        progress=False if args.no_progress else None,
+    )
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, ternary {args.ternary_type})")
+    return 0

@@ -1,0 +1,152 @@
+"""Convert a Hugging Face BitNet checkpoint directory to a GGUF file."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import config as c
+from ..errors import BitnetError, ModelFileError, UnsupportedModelError
+from ..formats import ternarize_rows
+from ..hal.weights import TernaryWeight
+from ..tokenizer import tokenizer_metadata_from_hf
+from .hf_config import HFModelInfo, read_hf_config
+from .names import gguf_name, hf_layer_name
+from .packed import bitnet_scale, unpack_bitnet_weight
+from .safetensors import Checkpoint
+from .types import CONVERT_TYPES
+
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def _progress(total: int, enabled: bool | None, desc: str) -> Any:
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="tensor", disable=not enabled, leave=False)
+
+
+def _check_names(ckpt: Checkpoint, info: HFModelInfo, src: Path) -> None:
+    unknown = []
+    for name in ckpt:
+        if gguf_name(name) is not None or name.endswith(_IGNORED_SUFFIXES):
+            continue
+        if info.packed and name.endswith(".weight_scale"):
+            continue
+        unknown.append(name)
+    if unknown:
+        raise UnsupportedModelError(
+            f"tensors this converter does not know: {', '.join(sorted(unknown)[:5])}"
+            + (" ..." if len(unknown) > 5 else ""),
+            src,
+        )
+
+
+def _ternary(ckpt: Checkpoint, info: HFModelInfo, hf: str, rows: int) -> TernaryWeight:
+    module = hf[: -len(".weight")]
+    if info.packed and not any(module.endswith(m) for m in info.not_converted):
+        codes = unpack_bitnet_weight(ckpt.get(hf), rows, hf)
+        scale_name = module + ".weight_scale"
+        if scale_name not in ckpt:
+            raise UnsupportedModelError(f"{scale_name} is missing from the packed checkpoint")
+        return TernaryWeight.from_codes(codes, bitnet_scale(ckpt.get(scale_name), scale_name), hf)
+    # Already ternary (one magnitude per row): exact; else absmean over the tensor, as
+    # llama.cpp's converter (round(W / mean|W|).clamp(-1, 1) * mean|W|).
+    codes, scales = ternarize_rows(np.asarray(ckpt.get(hf), dtype=np.float32), per_row=False)
+    return TernaryWeight.from_codes(codes, scales, hf)
+
+
+def load_tensors(src: Path, info: HFModelInfo, *, progress: bool | None = None) -> dict[str, Any]:
+    """GGUF name -> float array (embeddings, norms) or TernaryWeight (BitLinear layers)."""
+    cfg = info.config
+    ckpt = Checkpoint(src)
+    _check_names(ckpt, info, src)
+    plan: list[tuple[str, str, bool]] = [
+        (c.TOKEN_EMBD, "model.embed_tokens.weight", False),
+        (c.OUTPUT_NORM, "model.norm.weight", False),
+    ]
+    if not cfg.tied_embeddings:
+        plan.append((c.OUTPUT, "lm_head.weight", False))
+    ternary = set(c.TERNARY_LAYER_TENSORS)
+    for i in range(cfg.num_layers):
+        for tmpl in c.TERNARY_LAYER_TENSORS + c.NORM_LAYER_TENSORS:
+            plan.append((tmpl.format(i=i), hf_layer_name(i, tmpl), tmpl in ternary))
+    missing = [hf for _, hf, _ in plan if hf not in ckpt]
+    if missing:
+        raise UnsupportedModelError(
+            f"the checkpoint lacks {len(missing)} tensor(s) the config needs, e.g. {missing[0]}",
+            src,
+        )
+    from ..model.weights import expected_shapes  # the shapes the engine loads
+
+    shapes = expected_shapes(cfg)
+    tensors: dict[str, Any] = {}
+    with _progress(len(plan), progress, "convert") as bar:
+        for gguf, hf, is_ternary in plan:
+            want = shapes[gguf]
+            if is_ternary:
+                tensors[gguf] = _ternary(ckpt, info, hf, want[0])
+                got = (tensors[gguf].rows, tensors[gguf].cols)
+            else:
+                tensors[gguf] = np.asarray(ckpt.get(hf), dtype=np.float32)
+                got = tensors[gguf].shape
+            if tuple(got) != tuple(want):
+                raise UnsupportedModelError(f"{hf}: shape {got}, the config implies {want}", src)
+            bar.update(1)
+    return tensors
+
+
+def convert_checkpoint(
+    src: str | Path,
+    out: str | Path,
+    *,
+    ternary_type: str = "tq2_0",
+    overwrite: bool = False,
+    progress: bool | None = None,
+) -> Path:
+    """Write the GGUF of the Hugging Face BitNet checkpoint in ``src`` to ``out``.
+
+    Ternary layers go in ``ternary_type`` (:data:`CONVERT_TYPES`); embeddings in
+    f16 (f32 for ``f32``), norms in f32. ``out`` is never overwritten unless
+    ``overwrite``.
+    """
+    src, out = Path(src), Path(out)
+    ternary_type = ternary_type.lower()
+    if ternary_type not in CONVERT_TYPES:
+        raise ModelFileError(
+            f"unknown --type {ternary_type!r} (choose from {', '.join(CONVERT_TYPES)})", out
+        )
+    if not src.is_dir():
+        raise ModelFileError("not a directory (expected a Hugging Face checkpoint)", src)
+    if out.exists() and not overwrite:
+        raise ModelFileError("file exists (use --force to replace it)", out)
+    info = read_hf_config(src)
+    tok_meta = tokenizer_metadata_from_hf(src, vocab_size=info.config.vocab_size)
+    tensors = load_tensors(src, info, progress=progress)
+    from ..gguf import write_gguf
+
+    extra = {"general.name": info.name or src.name}
+    try:
+        return write_gguf(
+            out,
+            info.config,
+            tensors,
+            ternary_type=ternary_type,
+            tokenizer_metadata=tok_meta,
+            extra_metadata=extra,
+            overwrite=overwrite,
+            dense_type="f32" if ternary_type == "f32" else "f16",
+        )
+    except BitnetError as exc:
+        if "256" in str(exc) and ternary_type in ("tq1_0", "tq2_0"):
+            raise UnsupportedModelError(
+                f"--type {ternary_type} needs input sizes that are multiples of 256 "
+                f"(hidden_size {info.config.hidden_size}, intermediate_size "
+                f"{info.config.intermediate_size}): {exc}",
+                src,
+            ) from exc
+        raise

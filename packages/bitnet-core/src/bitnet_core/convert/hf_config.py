@@ -1,0 +1,118 @@
+"""A Hugging Face ``config.json`` of a BitNet model to our :class:`BitNetConfig`.
+
+Accepts what transformers' ``BitNetForCausalLM`` saves (``model_type`` ``bitnet``,
+``architectures`` ``BitNetForCausalLM`` / ``BitnetForCausalLM``) and refuses,
+naming the field, what the GGUF ``bitnet`` architecture cannot express:
+attention bias, rope scaling, a head size other than hidden/heads, an
+activation other than relu² or SiLU, quantization other than transformers'
+packed ``bitnet`` one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import BitNetConfig, FfnActivation
+from ..errors import ConfigError, UnsupportedModelError
+
+_ACTIVATIONS: dict[str, FfnActivation] = {"relu2": "relu2", "silu": "silu", "swish": "silu"}
+_ARCHITECTURES = {"BitNetForCausalLM", "BitnetForCausalLM"}
+
+
+@dataclass(frozen=True)
+class HFModelInfo:
+    """What the converter needs from ``config.json``."""
+
+    config: BitNetConfig
+    packed: bool  # transformers' quant_method "bitnet": uint8-packed weights + weight_scale
+    not_converted: tuple[str, ...] = ()  # modules the quantization config leaves in float
+    name: str | None = None
+
+
+def _int(cfg: dict, key: str, path: Path, default: int | None = None) -> int:
+    value = cfg.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise UnsupportedModelError(f"config.json: {key} must be an integer, got {value!r}", path)
+    return value
+
+
+def _rope_theta(cfg: dict, path: Path) -> float:
+    params = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling")
+    rope_type = (params.get("rope_type") or params.get("type") or "default") if params else None
+    if scaling or (rope_type not in (None, "default")):
+        raise UnsupportedModelError(
+            f"config.json: rope scaling {scaling or params!r} is not supported", path
+        )
+    theta = params.get("rope_theta", cfg.get("rope_theta", 500000.0))
+    return float(theta)
+
+
+def read_hf_config(directory: Path) -> HFModelInfo:
+    """Read and check ``directory/config.json``."""
+    path = Path(directory) / "config.json"
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UnsupportedModelError("no config.json: not a Hugging Face checkpoint", path) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UnsupportedModelError(f"cannot read config.json: {exc}", path) from exc
+    if not isinstance(cfg, dict):
+        raise UnsupportedModelError("config.json is not a JSON object", path)
+    archs = set(cfg.get("architectures") or [])
+    if cfg.get("model_type") != "bitnet" and not archs & _ARCHITECTURES:
+        raise UnsupportedModelError(
+            f"model_type {cfg.get('model_type')!r} / architectures {sorted(archs)} is not a "
+            "BitNet checkpoint (expected model_type 'bitnet', BitNetForCausalLM)",
+            path,
+        )
+    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
+        raise UnsupportedModelError("config.json: attention/MLP bias is not supported", path)
+    act = cfg.get("hidden_act", "relu2")
+    if act not in _ACTIVATIONS:
+        raise UnsupportedModelError(
+            f"config.json: hidden_act {act!r} is not supported (relu2 or silu)", path
+        )
+    hidden = _int(cfg, "hidden_size", path)
+    heads = _int(cfg, "num_attention_heads", path)
+    head_dim = cfg.get("head_dim")
+    if head_dim is not None and heads and head_dim * heads != hidden:
+        raise UnsupportedModelError(
+            f"config.json: head_dim {head_dim} x {heads} heads != hidden_size {hidden}", path
+        )
+    packed, skip = False, ()
+    quant = cfg.get("quantization_config")
+    if quant:
+        method = quant.get("quant_method")
+        if method != "bitnet":
+            raise UnsupportedModelError(
+                f"config.json: quantization {method!r} is not supported (only 'bitnet')", path
+            )
+        if quant.get("linear_class", "bitlinear") != "bitlinear" or quant.get("use_rms_norm"):
+            raise UnsupportedModelError(
+                "config.json: only transformers' packed 'bitlinear' checkpoints are supported "
+                f"(linear_class={quant.get('linear_class')!r}, use_rms_norm={quant.get('use_rms_norm')!r})",
+                path,
+            )
+        packed, skip = True, tuple(quant.get("modules_to_not_convert") or ())
+    try:
+        config = BitNetConfig(
+            vocab_size=_int(cfg, "vocab_size", path),
+            hidden_size=hidden,
+            num_layers=_int(cfg, "num_hidden_layers", path),
+            num_heads=heads,
+            num_kv_heads=_int(cfg, "num_key_value_heads", path, heads),
+            intermediate_size=_int(cfg, "intermediate_size", path),
+            context_length=_int(cfg, "max_position_embeddings", path, 2048),
+            rope_theta=_rope_theta(cfg, path),
+            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
+            ffn_activation=_ACTIVATIONS[act],
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        )
+    except ConfigError as exc:
+        raise UnsupportedModelError(f"config.json: {exc}", path) from exc
+    return HFModelInfo(
+        config=config, packed=packed, not_converted=skip, name=cfg.get("_name_or_path")
+    )

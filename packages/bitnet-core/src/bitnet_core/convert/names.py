@@ -1,0 +1,49 @@
+"""Hugging Face ``BitNetForCausalLM`` tensor names to llama.cpp's ``bitnet`` GGUF names."""
+
+from __future__ import annotations
+
+import re
+
+from .. import config as c
+
+_GLOBAL = {
+    "model.embed_tokens.weight": c.TOKEN_EMBD,
+    "model.norm.weight": c.OUTPUT_NORM,
+    "lm_head.weight": c.OUTPUT,
+}
+_LAYER = {
+    "input_layernorm.weight": c.ATTN_NORM,
+    "self_attn.q_proj.weight": c.ATTN_Q,
+    "self_attn.k_proj.weight": c.ATTN_K,
+    "self_attn.v_proj.weight": c.ATTN_V,
+    "self_attn.o_proj.weight": c.ATTN_OUT,
+    "self_attn.attn_sub_norm.weight": c.ATTN_SUB_NORM,
+    "post_attention_layernorm.weight": c.FFN_NORM,
+    "mlp.gate_proj.weight": c.FFN_GATE,
+    "mlp.up_proj.weight": c.FFN_UP,
+    "mlp.down_proj.weight": c.FFN_DOWN,
+    "mlp.ffn_sub_norm.weight": c.FFN_SUB_NORM,
+}
+_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+#: Per-layer HF modules that are BitLinear (ternary) layers.
+TERNARY_MODULES = tuple(
+    k[: -len(".weight")] for k, v in _LAYER.items() if v in c.TERNARY_LAYER_TENSORS
+)
+
+
+def gguf_name(hf_name: str) -> str | None:
+    """The GGUF name of a HF tensor, or None when it is not part of the model."""
+    if hf_name in _GLOBAL:
+        return _GLOBAL[hf_name]
+    m = _LAYER_RE.match(hf_name)
+    if m and m.group(2) in _LAYER:
+        return _LAYER[m.group(2)].format(i=int(m.group(1)))
+    return None
+
+
+def hf_layer_name(i: int, gguf_template: str) -> str:
+    """The HF name of layer ``i``'s tensor ``gguf_template`` (``blk.{i}.attn_q.weight``)."""
+    for hf, g in _LAYER.items():
+        if g == gguf_template:
+            return f"model.layers.{i}.{hf}"
+    raise KeyError(gguf_template)

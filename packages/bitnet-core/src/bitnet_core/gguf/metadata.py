@@ -1,0 +1,201 @@
+"""GGUF metadata <-> ``BitNetConfig``, and the tensor shapes a config implies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import (
+    ATTN_K,
+    ATTN_NORM,
+    ATTN_OUT,
+    ATTN_Q,
+    ATTN_SUB_NORM,
+    ATTN_V,
+    DEFAULT_ACTIVATION_BY_ARCH,
+    FFN_DOWN,
+    FFN_GATE,
+    FFN_NORM,
+    FFN_SUB_NORM,
+    FFN_UP,
+    KEY_FFN_ACTIVATION,
+    OUTPUT,
+    OUTPUT_NORM,
+    TOKEN_EMBD,
+    BitNetConfig,
+)
+from ..errors import BitnetError, GGUFFormatError, ModelFileError, UnsupportedModelError
+
+KEY_ARCH = "general.architecture"
+KEY_TOKENS = "tokenizer.ggml.tokens"
+
+
+def _uniform_int(value: Any, key: str, path: Path | None) -> int:
+    """An integer key; a per-layer array is accepted when all its entries are equal."""
+    if isinstance(value, list) and value and all(v == value[0] for v in value):
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GGUFFormatError(f"metadata {key!r} must be an integer, got {value!r}"[:200], path)
+    return value
+
+
+def _number(value: Any, key: str, path: Path | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise GGUFFormatError(f"metadata {key!r} must be a number, got {value!r}"[:200], path)
+    value = float(value)
+    f32 = np.float32(value)
+    # a float32 key (as llama.cpp stores them): its shortest decimal, e.g. 1e-05 not 9.99e-06
+    return float(str(f32)) if np.isfinite(f32) and float(f32) == value else value
+
+
+def config_from_metadata(
+    metadata: dict[str, Any],
+    tensor_names: set[str] | list[str],
+    path: Path | None = None,
+    embedding_rows: int | None = None,
+) -> BitNetConfig:
+    """Read ``BitNetConfig`` from GGUF metadata (``{arch}.*`` keys, llama.cpp's names)."""
+    arch = metadata.get(KEY_ARCH)
+    if not isinstance(arch, str):
+        raise GGUFFormatError(f"metadata has no string {KEY_ARCH!r}", path)
+    if arch not in DEFAULT_ACTIVATION_BY_ARCH:
+        raise UnsupportedModelError(
+            f"architecture {arch!r} is not a BitNet model "
+            f"(supported: {', '.join(DEFAULT_ACTIVATION_BY_ARCH)})",
+            path,
+        )
+
+    def get(key: str, default: Any = None) -> Any:
+        full = f"{arch}.{key}"
+        if full in metadata:
+            return metadata[full]
+        if default is None:
+            raise ModelFileError(f"missing metadata key {full!r}", path)
+        return default
+
+    hidden = _uniform_int(get("embedding_length"), f"{arch}.embedding_length", path)
+    heads = _uniform_int(get("attention.head_count"), f"{arch}.attention.head_count", path)
+    kv = get("attention.head_count_kv", heads)
+    if f"{arch}.vocab_size" in metadata:
+        vocab = _uniform_int(metadata[f"{arch}.vocab_size"], f"{arch}.vocab_size", path)
+    elif isinstance(metadata.get(KEY_TOKENS), list):
+        vocab = len(metadata[KEY_TOKENS])
+    elif embedding_rows is not None:
+        vocab = embedding_rows
+    else:
+        raise ModelFileError("cannot tell the vocabulary size (no vocab_size, no tokens)", path)
+    act = get("ffn_activation", DEFAULT_ACTIVATION_BY_ARCH[arch])
+    rope_dim = _uniform_int(get("rope.dimension_count", 0), "rope.dimension_count", path)
+    if heads > 0 and hidden % heads == 0 and rope_dim == hidden // heads:
+        rope_dim = 0  # the whole head, BitNetConfig's default spelling
+    try:
+        return BitNetConfig(
+            vocab_size=vocab,
+            hidden_size=hidden,
+            num_layers=_uniform_int(get("block_count"), f"{arch}.block_count", path),
+            num_heads=heads,
+            num_kv_heads=_uniform_int(kv, f"{arch}.attention.head_count_kv", path),
+            intermediate_size=_uniform_int(
+                get("feed_forward_length"), f"{arch}.feed_forward_length", path
+            ),
+            context_length=_uniform_int(get("context_length", 2048), "context_length", path),
+            rope_theta=_number(get("rope.freq_base", 10000.0), "rope.freq_base", path),
+            rms_norm_eps=_number(
+                get("attention.layer_norm_rms_epsilon", 1e-5),
+                "attention.layer_norm_rms_epsilon",
+                path,
+            ),
+            rope_dim=rope_dim,
+            ffn_activation=act,
+            tied_embeddings=OUTPUT not in set(tensor_names),
+            arch=arch,
+        )
+    except ModelFileError:
+        raise
+    except BitnetError as exc:
+        raise ModelFileError(f"bad model configuration: {exc}", path) from None
+
+
+def metadata_from_config(config: BitNetConfig) -> dict[str, Any]:
+    """The ``{arch}.*`` keys (and ``general.architecture``) that describe ``config``."""
+    a = config.arch
+    md: dict[str, Any] = {
+        f"{a}.vocab_size": config.vocab_size,
+        f"{a}.context_length": config.context_length,
+        f"{a}.embedding_length": config.hidden_size,
+        f"{a}.block_count": config.num_layers,
+        f"{a}.feed_forward_length": config.intermediate_size,
+        f"{a}.attention.head_count": config.num_heads,
+        f"{a}.attention.head_count_kv": config.num_kv_heads,
+        f"{a}.rope.freq_base": float(config.rope_theta),
+        f"{a}.attention.layer_norm_rms_epsilon": float(config.rms_norm_eps),
+        f"{a}.rope.dimension_count": config.rot_dim,
+        KEY_FFN_ACTIVATION.format(arch=a): config.ffn_activation,
+    }
+    return md
+
+
+def ternary_tensor_names(config: BitNetConfig) -> list[str]:
+    """Every ternary (BitLinear) weight of the model, layer by layer."""
+    from ..config import TERNARY_LAYER_TENSORS
+
+    return [n.format(i=i) for i in range(config.num_layers) for n in TERNARY_LAYER_TENSORS]
+
+
+def expected_shapes(config: BitNetConfig) -> dict[str, tuple[int, ...]]:
+    """Required tensor -> shape in numpy order ((rows, cols): rows = output features)."""
+    h, ff, kv, v = config.hidden_size, config.intermediate_size, config.kv_dim, config.vocab_size
+    shapes: dict[str, tuple[int, ...]] = {TOKEN_EMBD: (v, h), OUTPUT_NORM: (h,)}
+    if not config.tied_embeddings:
+        shapes[OUTPUT] = (v, h)
+    per_layer = {
+        ATTN_NORM: (h,),
+        ATTN_Q: (h, h),
+        ATTN_K: (kv, h),
+        ATTN_V: (kv, h),
+        ATTN_OUT: (h, h),
+        ATTN_SUB_NORM: (h,),
+        FFN_NORM: (h,),
+        FFN_GATE: (ff, h),
+        FFN_UP: (ff, h),
+        FFN_DOWN: (h, ff),
+        FFN_SUB_NORM: (ff,),
+    }
+    for i in range(config.num_layers):
+        for name, shape in per_layer.items():
+            shapes[name.format(i=i)] = shape
+    return shapes
+
+
+def scale_tensor_name(weight_name: str) -> str:
+    """llama.cpp's optional one-element scale of a ternary weight: ``blk.N.attn_q.scale``."""
+    base = weight_name[: -len(".weight")] if weight_name.endswith(".weight") else weight_name
+    return base + ".scale"
+
+
+def check_shapes(
+    config: BitNetConfig, shapes: dict[str, tuple[int, ...]], path: Path | None
+) -> None:
+    """Raise ``ModelFileError`` naming the first missing or mis-shaped tensor."""
+    expected = expected_shapes(config)
+    for name, want in expected.items():
+        if name not in shapes:
+            raise ModelFileError(f"missing tensor {name!r}", path)
+        if tuple(shapes[name]) != want:
+            raise ModelFileError(
+                f"tensor {name!r} has shape {list(shapes[name])}, the config needs {list(want)}",
+                path,
+            )
+    for name in ternary_tensor_names(config):
+        sname = scale_tensor_name(name)
+        if sname in shapes:
+            n = 1
+            for d in shapes[sname]:
+                n *= d
+            rows = expected[name][0]
+            if n not in (1, rows):
+                raise ModelFileError(
+                    f"scale tensor {sname!r} has {n} values (1 or {rows} allowed)", path
+                )

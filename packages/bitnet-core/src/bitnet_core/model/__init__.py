@@ -1,0 +1,34 @@
+"""The model: the generic Level-2 backend over provider ops, weights, KV cache,
+memory pool, sampling, generation, receipts, and the ``load`` API."""
+
+from .api import Model, demo_model_path, load
+from .backend import GenericBackend
+from .generation import GenerationStats, generate_tokens
+from .kv_cache import EvictionPolicy, KVCache, KVCacheConfig, Sequence
+from .memory_pool import MemoryPool, PoolStats
+from .random import byte_tokenizer_metadata, random_model_file, random_weights
+from .sampling import Sampler, SamplingParams, StopMatcher
+from .weights import DeviceWeights, ModelWeights
+
+__all__ = [
+    "DeviceWeights",
+    "EvictionPolicy",
+    "GenerationStats",
+    "GenericBackend",
+    "KVCache",
+    "KVCacheConfig",
+    "MemoryPool",
+    "Model",
+    "ModelWeights",
+    "PoolStats",
+    "Sampler",
+    "SamplingParams",
+    "Sequence",
+    "StopMatcher",
+    "byte_tokenizer_metadata",
+    "demo_model_path",
+    "generate_tokens",
+    "load",
+    "random_model_file",
+    "random_weights",
+]

@@ -1,0 +1,301 @@
+"""The Python API: ``bitnet_core.load(path, device="auto") -> Model``.
+
+::
+
+    model = bitnet_core.load("model.gguf", device="auto")
+    print(model.selection)                      # requested=auto detected=[...] selected=...
+    model.generate("Hello", max_tokens=32, temperature=0)
+    for piece in model.stream("Hello", seed=1): print(piece, end="")
+    model.logits([1, 2, 3])                     # float32 [3, vocab]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, ModelFileError, TokenizerError
+from ..hal.selection import Selection, StartupSummary, select
+from .backend import GenericBackend
+from .generation import GenerationStats, generate_tokens, stream_text
+from .kv_cache import KVCacheConfig
+from .sampling import SamplingParams
+from .weights import ModelWeights
+
+log = logging.getLogger("bitnet")
+
+
+def demo_model_path() -> Path | None:
+    """The bundled demo model (``bitnet_core/data/*.gguf``), or None when this install has none."""
+    try:
+        data = resources.files("bitnet_core") / "data"
+        found = sorted(
+            (e for e in data.iterdir() if e.name.endswith(".gguf")), key=lambda e: e.name
+        )
+    except (FileNotFoundError, NotADirectoryError, ModuleNotFoundError, OSError):
+        return None
+    return Path(str(found[0])) if found else None
+
+
+def resolve_model_path(path: str | os.PathLike | None) -> Path:
+    """``path`` checked to exist, or the demo model when ``path`` is None."""
+    if path is None:
+        demo = demo_model_path()
+        if demo is None:
+            raise ModelFileError(
+                "no --model given and this install has no bundled demo model "
+                "(bitnet_core/data/*.gguf); pass --model PATH.gguf"
+            )
+        return demo
+    p = Path(path)
+    if not p.exists():
+        raise ModelFileError("no such file", p)
+    if not p.is_file():
+        raise ModelFileError("not a file", p)
+    return p
+
+
+def _tokenizer_from_metadata(metadata: dict) -> Any | None:
+    if not any(str(k).startswith("tokenizer.") for k in metadata):
+        return None
+    try:
+        from ..tokenizer import Tokenizer
+    except ImportError:  # the tokenizer package is not in this build
+        log.warning("bitnet_core.tokenizer is not available: text in/out disabled")
+        return None
+    return Tokenizer.from_metadata(metadata)
+
+
+def _make_backend(provider: Any, weights: ModelWeights, **opts: Any) -> Any:
+    """The provider's own backend when it offers one (``make_backend``), else the generic one."""
+    make = getattr(provider, "make_backend", None)
+    if make is not None:
+        backend = make(weights, **opts)
+        if backend is not None:
+            return backend
+    return GenericBackend(provider, weights, **opts)
+
+
+class Model:
+    """A loaded model on one device: logits, generation, streaming."""
+
+    def __init__(
+        self,
+        backend: Any,
+        *,
+        selection: Selection | None = None,
+        tokenizer: Any | None = None,
+        weights: ModelWeights | None = None,
+        path: Path | None = None,
+        load_s: float = 0.0,
+    ) -> None:
+        self.backend = backend
+        self.config = backend.config
+        self._selection = selection
+        self.tokenizer = tokenizer
+        self.weights = weights
+        self.path = path
+        self.load_s = load_s
+        self.last_stats: GenerationStats | None = None
+        self.last_params: SamplingParams | None = None
+
+    @classmethod
+    def from_weights(
+        cls,
+        weights: ModelWeights,
+        device: str | None = "auto",
+        *,
+        tokenizer: Any | None = None,
+        quantize_activations: bool = True,
+        kv_cache: KVCacheConfig | None = None,
+        progress: bool | None = False,
+    ) -> Model:
+        """Run in-memory weights (tests, random models) on the selected device."""
+        t0 = time.perf_counter()
+        selection = select(device)
+        backend = _make_backend(
+            selection.provider,
+            weights,
+            quantize_activations=quantize_activations,
+            kv_cache=kv_cache,
+            progress=progress,
+        )
+        if tokenizer is None:
+            tokenizer = _tokenizer_from_metadata(weights.metadata)
+        return cls(
+            backend,
+            selection=selection,
+            tokenizer=tokenizer,
+            weights=weights,
+            load_s=time.perf_counter() - t0,
+        )
+
+    # --- what it runs on ---------------------------------------------------------
+    @property
+    def selection(self) -> StartupSummary | None:
+        """The startup summary: ``requested=X detected=[...] selected=Y``."""
+        return self._selection.summary if self._selection else None
+
+    @property
+    def provider(self) -> Any:
+        return self.backend.provider
+
+    @property
+    def quantize_activations(self) -> bool:
+        return bool(getattr(self.backend, "quantize_activations", True))
+
+    # --- numbers -------------------------------------------------------------------
+    def logits(self, token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """float32 logits ``[T, vocab]`` of every position of ``token_ids`` (fresh context)."""
+        with self.backend.new_cache() as seq:
+            return self.backend.forward(np.asarray(token_ids), seq, all_logits=True)
+
+    # --- text -----------------------------------------------------------------------
+    def _need_tokenizer(self) -> Any:
+        if self.tokenizer is None:
+            raise TokenizerError(
+                "this model file has no tokenizer: pass token ids (generate_ids) instead of text"
+            )
+        return self.tokenizer
+
+    def encode(self, text: str, add_bos: bool = True) -> list[int]:
+        return list(self._need_tokenizer().encode(text, add_bos=add_bos))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._need_tokenizer().decode(list(ids))
+
+    @property
+    def eos_ids(self) -> list[int]:
+        eos = getattr(self.tokenizer, "eos_id", None) if self.tokenizer is not None else None
+        return [] if eos is None or eos < 0 else [int(eos)]
+
+    def _prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:
+        if isinstance(prompt, str):
+            return self.encode(prompt, add_bos=True)
+        if isinstance(prompt, np.ndarray):
+            prompt = prompt.reshape(-1).tolist()
+        return [int(t) for t in prompt]
+
+    def stream_ids(
+        self, prompt: str | Sequence[int], max_tokens: int = 128, **sampling: Any
+    ) -> Iterator[int]:
+        """Sampled token ids one by one (no text; works without a tokenizer)."""
+        params = SamplingParams.from_kwargs(max_tokens=max_tokens, **sampling)
+        ids = self._prompt_ids(prompt)
+        self.last_stats, self.last_params = GenerationStats(), params
+        return generate_tokens(
+            self.backend, ids, params, eos_ids=self.eos_ids, stats=self.last_stats
+        )
+
+    def generate_ids(
+        self, prompt: str | Sequence[int], max_tokens: int = 128, **sampling: Any
+    ) -> list[int]:
+        return list(self.stream_ids(prompt, max_tokens, **sampling))
+
+    def stream(
+        self, prompt: str | Sequence[int], max_tokens: int = 128, **sampling: Any
+    ) -> Iterator[str]:
+        """Text pieces as they are generated (stop strings cut the text and end generation)."""
+        tok = self._need_tokenizer()
+        params = SamplingParams.from_kwargs(max_tokens=max_tokens, **sampling)
+        ids = self._prompt_ids(prompt)
+        self.last_stats, self.last_params = GenerationStats(), params
+        tokens = generate_tokens(
+            self.backend, ids, params, eos_ids=self.eos_ids, stats=self.last_stats
+        )
+        return stream_text(tokens, tok.decode, ids, params.stop, self.last_stats)
+
+    def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, **sampling: Any) -> str:
+        """The generated text (without the prompt)."""
+        return "".join(self.stream(prompt, max_tokens, **sampling))
+
+    # --- chat ------------------------------------------------------------------------
+    def chat_prompt(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
+        """Render ``messages`` with the file's chat template (Jinja), or a plain fallback."""
+        template = getattr(self.tokenizer, "chat_template", None) if self.tokenizer else None
+        if not template:
+            lines = [f"{m['role']}: {m['content']}" for m in messages]
+            return "\n".join(lines) + ("\nassistant:" if add_generation_prompt else "")
+        try:
+            import jinja2
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+        except ImportError as exc:  # pragma: no cover - jinja2 is a dependency
+            raise ConfigError("rendering the chat template needs jinja2") from exc
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+
+        def raise_exception(msg: str) -> None:
+            raise ConfigError(f"chat template: {msg}")
+
+        env.globals["raise_exception"] = raise_exception
+        try:
+            tpl = env.from_string(template)
+            tok = self.tokenizer
+            bos = eos = ""
+            if getattr(tok, "bos_id", None) is not None and tok.bos_id >= 0:
+                bos = tok.decode([tok.bos_id])
+            if getattr(tok, "eos_id", None) is not None and tok.eos_id >= 0:
+                eos = tok.decode([tok.eos_id])
+            return tpl.render(
+                messages=list(messages),
+                add_generation_prompt=add_generation_prompt,
+                bos_token=bos,
+                eos_token=eos,
+            )
+        except jinja2.TemplateError as exc:
+            raise ConfigError(f"chat template of the model file failed: {exc}") from exc
+
+    # --- receipts ---------------------------------------------------------------------
+    def receipt(self, stats: GenerationStats | None = None, **extra: Any) -> dict:
+        """A receipt of the last generation (``bitnet_core.model.receipt``)."""
+        from .receipt import build_receipt
+
+        return build_receipt(self, stats or self.last_stats or GenerationStats(), **extra)
+
+    def __repr__(self) -> str:
+        where = self.selection or getattr(self.provider, "name", "?")
+        return f"<Model {self.path or '<memory>'} {self.config.num_layers} layers on {where}>"
+
+
+def load(
+    path: str | os.PathLike | None = None,
+    device: str | None = "auto",
+    *,
+    quantize_activations: bool = True,
+    kv_cache: KVCacheConfig | None = None,
+    progress: bool | None = None,
+) -> Model:
+    """Load a GGUF model onto the selected device (None: the bundled demo model).
+
+    The device is resolved first (``--device``, ``BITNET_DEVICE``, auto), so an
+    impossible request fails before any weight is read.
+    """
+    t0 = time.perf_counter()
+    selection = select(device)
+    model_path = resolve_model_path(path)
+    from ..gguf import open_model_file  # the formats package owns GGUF reading
+
+    mf = open_model_file(model_path)
+    weights = ModelWeights.from_model_file(mf)
+    tokenizer = _tokenizer_from_metadata(weights.metadata)
+    backend = _make_backend(
+        selection.provider,
+        weights,
+        quantize_activations=quantize_activations,
+        kv_cache=kv_cache,
+        progress=progress,
+    )
+    return Model(
+        backend,
+        selection=selection,
+        tokenizer=tokenizer,
+        weights=weights,
+        path=model_path,
+        load_s=time.perf_counter() - t0,
+    )

@@ -1,0 +1,121 @@
+"""The generic Level-2 backend: BitNet b1.58 built only from Level-1 provider ops.
+
+The graph is llama.cpp's ``bitnet`` (``src/models/bitnet.cpp``) and
+transformers' ``BitNetForCausalLM``, per layer::
+
+    h = rmsnorm(x, attn_norm)
+    q, k, v = linear(h, Wq), linear(h, Wk), linear(h, Wv)      # ternary, int8 activations
+    q, k = rope(q), rope(k)                                     # config.rope_style (NEOX)
+    kv_store(k, v); a = attention(q, K, V)                      # causal, grouped-query
+    x = x + linear(rmsnorm(a, attn_sub_norm), Wo)
+    h = rmsnorm(x, ffn_norm)
+    f = silu_mul(linear(h, Wgate), linear(h, Wup))              # or relu2_mul (config)
+    x = x + linear(rmsnorm(f, ffn_sub_norm), Wdown)
+
+then ``logits = matmul_dense(rmsnorm(x, output_norm), head)`` with the head
+the tied ``token_embd`` (or ``output.weight``). A forward call appends all its
+tokens to the sequence at once (prefill is one ``[T, ...]`` batch; decode is
+T = 1) and only the logits come back to the host. With
+``quantize_activations=False`` every ternary matmul is
+``matmul_ternary_float`` instead of ``linear`` (exact comparisons, debugging).
+
+Device arrays are opaque except for one thing: the backend reshapes them
+between ``[T, H*D]`` and ``[T, H, D]``, through ``provider.reshape(x, shape)``
+when the provider has it, else ``x.reshape(shape)`` (row-major views).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError
+from .kv_cache import KVCache, KVCacheConfig, Sequence
+from .memory_pool import MemoryPool
+from .weights import DeviceWeights, ModelWeights, check_token_ids
+
+
+class GenericBackend:
+    """Runs one model on one provider through the ops of the ``KernelProvider`` protocol."""
+
+    def __init__(
+        self,
+        provider: Any,
+        weights: ModelWeights,
+        *,
+        quantize_activations: bool = True,
+        kv_cache: KVCacheConfig | None = None,
+        progress: bool | None = None,
+    ) -> None:
+        self._provider = provider
+        self.config = weights.config
+        self.quantize_activations = quantize_activations
+        self.weights = DeviceWeights.upload(provider, weights, progress=progress)
+        self.pool = MemoryPool(lambda shape, dtype: provider.empty(shape, dtype))
+        cfg = self.config
+        self.kv = KVCache(
+            num_layers=cfg.num_layers,
+            kv_heads=cfg.num_kv_heads,
+            head_dim=cfg.head_dim,
+            context_length=cfg.context_length,
+            config=kv_cache,
+            allocate=lambda shape: self.pool.acquire(shape, np.float32),
+            free=self.pool.release,
+            copy=lambda dst, src: provider.kv_store(dst, src, 0),
+        )
+        self._reshape = getattr(provider, "reshape", None) or (lambda x, shape: x.reshape(shape))
+        self._ffn = provider.silu_mul if cfg.ffn_activation == "silu" else provider.relu2_mul
+        self._lin = provider.linear if quantize_activations else provider.matmul_ternary_float
+
+    @property
+    def provider(self) -> Any:
+        return self._provider
+
+    def new_cache(self, max_tokens: int | None = None) -> Sequence:
+        """A new sequence in the shared KV cache (close it, or use ``with``, when done)."""
+        return self.kv.new_sequence(max_tokens)
+
+    def forward(self, token_ids: Any, cache: Sequence, all_logits: bool = False) -> np.ndarray:
+        """Append ``token_ids`` to ``cache``; float32 logits ``[T, vocab]`` or ``[vocab]`` (last)."""
+        p, cfg, w = self._provider, self.config, self.weights
+        ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+        if ids.size == 0:
+            raise ShapeError("forward needs at least one token id")
+        check_token_ids(ids, cfg.vocab_size)
+        t = int(ids.size)
+        start = cache.length
+        cache.reserve(start + t)
+        positions = np.arange(start, start + t, dtype=np.int64)
+        hq, hkv, d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+        lin, view = self._lin, self._reshape
+
+        x = p.embedding(w.embedding, ids)
+        for i, lw in enumerate(w.layers):
+            h = p.rmsnorm(x, lw.attn_norm, eps)
+            q = view(lin(h, lw.q), (t, hq, d))
+            k = view(lin(h, lw.k), (t, hkv, d))
+            v = view(lin(h, lw.v), (t, hkv, d))
+            q = p.rope(q, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim)
+            k = p.rope(k, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim)
+            k_cache, v_cache = cache.layer(i)
+            p.kv_store(k_cache, k, start)
+            p.kv_store(v_cache, v, start)
+            a = view(p.attention(q, k_cache, v_cache, start), (t, hq * d))
+            a = p.rmsnorm(a, lw.attn_sub_norm, eps)
+            x = p.add(x, lin(a, lw.o))
+            h = p.rmsnorm(x, lw.ffn_norm, eps)
+            f = self._ffn(lin(h, lw.gate), lin(h, lw.up))
+            f = p.rmsnorm(f, lw.ffn_sub_norm, eps)
+            x = p.add(x, lin(f, lw.down))
+        cache.advance(t)
+        if not all_logits and t > 1:
+            x = p.embedding(x, np.array([t - 1], dtype=np.int64))  # row gather: the last token
+        x = p.rmsnorm(x, w.output_norm, eps)
+        logits = np.asarray(p.to_host(p.matmul_dense(x, w.head)), dtype=np.float32)
+        return logits if all_logits else logits[-1]
+
+    def logits(self, token_ids: Any) -> np.ndarray:
+        """All-position logits ``[T, vocab]`` of ``token_ids`` from an empty cache (teacher forcing)."""
+        with self.new_cache() as seq:
+            return self.forward(token_ids, seq, all_logits=True)

@@ -1,0 +1,189 @@
+"""Choosing the next token from host logits (numpy): greedy, temperature, top-k,
+top-p, min-p, repetition penalty, seeded; and stop strings.
+
+Order of the steps (as llama.cpp's default chain): repetition penalty over
+the last ``repeat_last_n`` tokens (positive logits divided, negative
+multiplied, as llama.cpp and CTRL), then ``temperature == 0`` means greedy
+(argmax); else top-k, softmax at ``temperature``, top-p (smallest set whose
+mass reaches ``top_p``), min-p (drop tokens below ``min_p`` times the most
+likely one's probability), renormalize, draw with a ``numpy`` generator
+seeded by ``seed``: the same seed gives the same tokens.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from ..errors import ConfigError
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling settings; out-of-range values raise ``ConfigError``."""
+
+    temperature: float = 0.8
+    top_k: int = 40  # 0: off
+    top_p: float = 0.95  # 1.0: off
+    min_p: float = 0.05  # 0.0: off
+    repeat_penalty: float = 1.0  # 1.0: off
+    repeat_last_n: int = 64
+    seed: int | None = None
+    max_tokens: int = 128
+    stop: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        def bad(name: str, want: str) -> ConfigError:
+            return ConfigError(f"sampling: {name} must be {want}, got {getattr(self, name)!r}")
+
+        def num(name: str) -> float:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)):
+                raise bad(name, "a number")
+            if not math.isfinite(float(v)):
+                raise bad(name, "finite")
+            return float(v)
+
+        if num("temperature") < 0:
+            raise bad("temperature", ">= 0")
+        if not _is_int(self.top_k) or self.top_k < 0:
+            raise bad("top_k", "an integer >= 0")
+        if not 0.0 < num("top_p") <= 1.0:
+            raise bad("top_p", "in (0, 1]")
+        if not 0.0 <= num("min_p") <= 1.0:
+            raise bad("min_p", "in [0, 1]")
+        if num("repeat_penalty") <= 0:
+            raise bad("repeat_penalty", "> 0")
+        if not _is_int(self.repeat_last_n) or self.repeat_last_n < 0:
+            raise bad("repeat_last_n", "an integer >= 0")
+        if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
+            raise bad("seed", "an integer >= 0 or None")
+        if not _is_int(self.max_tokens) or self.max_tokens < 0:
+            raise bad("max_tokens", "an integer >= 0")
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        if any(not isinstance(s, str) or not s for s in stop):
+            raise ConfigError(f"sampling: stop strings must be non-empty strings, got {stop!r}")
+        object.__setattr__(self, "stop", stop)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: object) -> SamplingParams:
+        """Build from keyword arguments; unknown names raise ``ConfigError``."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise ConfigError(
+                f"sampling: unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+            )
+        return cls(**{k: v for k, v in kwargs.items() if v is not None})
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+def apply_repetition_penalty(
+    logits: np.ndarray, history: Sequence[int], penalty: float, last_n: int
+) -> np.ndarray:
+    """llama.cpp's penalty: each recent token's logit divided by ``penalty`` if > 0, else multiplied."""
+    if penalty == 1.0 or last_n == 0 or not len(history):
+        return logits
+    recent = np.unique(np.asarray(history[-last_n:], dtype=np.int64))
+    recent = recent[(recent >= 0) & (recent < logits.shape[0])]
+    out = logits.copy()
+    vals = out[recent]
+    out[recent] = np.where(vals > 0, vals / penalty, vals * penalty)
+    return out
+
+
+def token_probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The distribution a non-greedy draw samples from (after top-k, temperature, top-p, min-p)."""
+    x = np.asarray(logits, dtype=np.float64)
+    n = x.shape[0]
+    keep = np.ones(n, dtype=bool)
+    if 0 < params.top_k < n:
+        kth = np.partition(x, n - params.top_k)[n - params.top_k]
+        keep &= x >= kth
+    z = np.where(keep, x / params.temperature, -np.inf)
+    z -= z.max()
+    p = np.exp(z)
+    p /= p.sum()
+    if params.top_p < 1.0:
+        order = np.argsort(-z, kind="stable")  # by logit: ties broken as argmax does
+        cum = np.cumsum(p[order])
+        # keep the smallest prefix whose mass reaches top_p (at least one token)
+        cut = int(np.searchsorted(cum, params.top_p)) + 1
+        mask = np.zeros(n, dtype=bool)
+        mask[order[:cut]] = True
+        p = np.where(mask, p, 0.0)
+    if params.min_p > 0.0:
+        p = np.where(p >= params.min_p * p.max(), p, 0.0)
+    return p / p.sum()
+
+
+class Sampler:
+    """Draws tokens for one generation; holds the seeded random generator."""
+
+    def __init__(self, params: SamplingParams) -> None:
+        self.params = params
+        self.rng = np.random.default_rng(params.seed)
+
+    def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
+        logits = np.asarray(logits, dtype=np.float32).reshape(-1)
+        if not np.isfinite(logits).any():
+            raise ConfigError("sampling: every logit is NaN or infinite")
+        logits = np.where(np.isnan(logits), -np.inf, logits)
+        p = self.params
+        logits = apply_repetition_penalty(logits, history, p.repeat_penalty, p.repeat_last_n)
+        if p.greedy:
+            return int(np.argmax(logits))
+        probs = token_probabilities(logits, p)
+        return int(self.rng.choice(probs.shape[0], p=probs))
+
+
+class StopMatcher:
+    """Cuts streamed text at the first stop string, holding back what might begin one."""
+
+    def __init__(self, stops: Iterable[str]) -> None:
+        self.stops = tuple(stops)
+        self._buf = ""
+        self.stopped = False
+
+    def feed(self, text: str) -> str:
+        """Text that is safe to emit now (empty once a stop string was seen)."""
+        if self.stopped:
+            return ""
+        self._buf += text
+        if not self.stops:
+            out, self._buf = self._buf, ""
+            return out
+        hits = [i for i in (self._buf.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            self.stopped = True
+            out, self._buf = self._buf[: min(hits)], ""
+            return out
+        hold = 0
+        for s in self.stops:
+            for k in range(min(len(s) - 1, len(self._buf)), 0, -1):
+                if self._buf.endswith(s[:k]):
+                    hold = max(hold, k)
+                    break
+        out = self._buf[: len(self._buf) - hold]
+        self._buf = self._buf[len(self._buf) - hold :]
+        return out
+
+    def flush(self) -> str:
+        """The held-back tail at the end of generation."""
+        out, self._buf = ("" if self.stopped else self._buf), ""
+        return out

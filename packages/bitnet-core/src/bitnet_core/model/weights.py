@@ -1,0 +1,230 @@
+"""A model's weights on the host (``ModelWeights``) and on a provider's device (``DeviceWeights``).
+
+``ModelWeights`` holds a ``BitNetConfig``, the ternary layer weights as
+``TernaryWeight`` (views into the memory-mapped GGUF; nothing is unpacked
+until a provider asks) and the dense tensors (embeddings, norms) as numpy
+arrays. It comes from a ``ModelFile`` (``from_model_file``) or is built in
+memory (``bitnet_core.model.random``). ``upload`` makes it resident on one
+provider, once: ``load_ternary`` for ternary weights, ``to_device`` for the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .. import config as names
+from ..config import BitNetConfig
+from ..errors import ShapeError, UnsupportedModelError
+from ..hal.weights import TernaryWeight
+
+LAYER_TERNARY = {
+    "q": names.ATTN_Q,
+    "k": names.ATTN_K,
+    "v": names.ATTN_V,
+    "o": names.ATTN_OUT,
+    "gate": names.FFN_GATE,
+    "up": names.FFN_UP,
+    "down": names.FFN_DOWN,
+}
+LAYER_NORMS = {
+    "attn_norm": names.ATTN_NORM,
+    "attn_sub_norm": names.ATTN_SUB_NORM,
+    "ffn_norm": names.FFN_NORM,
+    "ffn_sub_norm": names.FFN_SUB_NORM,
+}
+
+
+def expected_shapes(cfg: BitNetConfig) -> dict[str, tuple[int, ...]]:
+    """GGUF name -> shape ``[rows (out), cols (in)]`` (norms 1-D) the model needs."""
+    h, kv, ff = cfg.hidden_size, cfg.kv_dim, cfg.intermediate_size
+    per_layer = {
+        names.ATTN_Q: (h, h),
+        names.ATTN_K: (kv, h),
+        names.ATTN_V: (kv, h),
+        names.ATTN_OUT: (h, h),
+        names.FFN_GATE: (ff, h),
+        names.FFN_UP: (ff, h),
+        names.FFN_DOWN: (h, ff),
+        names.ATTN_NORM: (h,),
+        names.ATTN_SUB_NORM: (h,),
+        names.FFN_NORM: (h,),
+        names.FFN_SUB_NORM: (ff,),
+    }
+    shapes: dict[str, tuple[int, ...]] = {
+        names.TOKEN_EMBD: (cfg.vocab_size, h),
+        names.OUTPUT_NORM: (h,),
+    }
+    if not cfg.tied_embeddings:
+        shapes[names.OUTPUT] = (cfg.vocab_size, h)
+    for i in range(cfg.num_layers):
+        shapes.update({k.format(i=i): v for k, v in per_layer.items()})
+    return shapes
+
+
+@dataclass
+class ModelWeights:
+    """Every tensor of a BitNet model, on the host, by GGUF name."""
+
+    config: BitNetConfig
+    ternary: dict[str, TernaryWeight]
+    dense: dict[str, np.ndarray]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source: str = "<memory>"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Every tensor the config needs is there with the right shape (else ``UnsupportedModelError``)."""
+        for name, shape in expected_shapes(self.config).items():
+            if name in self.ternary:
+                w = self.ternary[name]
+                got: tuple[int, ...] = (w.rows, w.cols)
+            elif name in self.dense:
+                got = tuple(self.dense[name].shape)
+                if len(shape) == 1:
+                    got = (int(np.prod(got)),)
+            else:
+                raise UnsupportedModelError(f"missing tensor {name}", self.source)
+            if got != shape:
+                raise UnsupportedModelError(
+                    f"tensor {name} has shape {got}, the config needs {shape}", self.source
+                )
+
+    @property
+    def head_name(self) -> str:
+        """The output projection: ``output.weight``, or the tied ``token_embd.weight``."""
+        if not self.config.tied_embeddings and names.OUTPUT in self.dense:
+            return names.OUTPUT
+        return names.TOKEN_EMBD
+
+    @classmethod
+    def from_model_file(cls, mf: Any) -> ModelWeights:
+        """Collect the tensors of a ``bitnet_core.gguf.ModelFile`` (no copies of ternary data)."""
+        cfg: BitNetConfig = mf.config
+        ternary: dict[str, TernaryWeight] = {}
+        dense: dict[str, np.ndarray] = {}
+        for name, shape in expected_shapes(cfg).items():
+            if not mf.has(name):
+                raise UnsupportedModelError(f"missing tensor {name}", mf.path)
+            if len(shape) == 2 and name not in (names.TOKEN_EMBD, names.OUTPUT):
+                ternary[name] = mf.ternary(name)
+            else:
+                arr = np.asarray(mf.dense(name))
+                dense[name] = arr.reshape(-1) if len(shape) == 1 else arr
+        return cls(cfg, ternary, dense, dict(mf.metadata), str(mf.path))
+
+    def nbytes(self) -> int:
+        t = sum(int(np.asarray(w.raw).nbytes) for w in self.ternary.values())
+        return t + sum(int(a.nbytes) for a in self.dense.values())
+
+
+@dataclass
+class LayerWeights:
+    """One layer's tensors on the device (provider handles)."""
+
+    attn_norm: Any
+    attn_sub_norm: Any
+    ffn_norm: Any
+    ffn_sub_norm: Any
+    q: Any
+    k: Any
+    v: Any
+    o: Any
+    gate: Any
+    up: Any
+    down: Any
+
+
+@dataclass
+class DeviceWeights:
+    """A model's tensors resident on one provider's device."""
+
+    embedding: Any
+    head: Any
+    output_norm: Any
+    layers: list[LayerWeights]
+
+    @classmethod
+    def upload(
+        cls, provider: Any, weights: ModelWeights, progress: bool | None = None
+    ) -> DeviceWeights:
+        """``load_ternary``/``to_device`` every tensor once, with a progress bar on a terminal."""
+        cfg = weights.config
+        steps = 3 + cfg.num_layers * (len(LAYER_TERNARY) + len(LAYER_NORMS))
+        with _progress(steps, progress, "loading " + _short(weights.source)) as bar:
+
+            def dense(name: str) -> Any:
+                arr = weights.dense[name]
+                if arr.ndim == 1 or arr.dtype not in (np.float16, np.float32):
+                    arr = np.ascontiguousarray(arr, dtype=np.float32)
+                out = provider.to_device(arr)
+                bar.update(1)
+                return out
+
+            def ternary(name: str) -> Any:
+                out = provider.load_ternary(weights.ternary[name])
+                bar.update(1)
+                return out
+
+            embedding = dense(names.TOKEN_EMBD)
+            head = embedding if weights.head_name == names.TOKEN_EMBD else dense(names.OUTPUT)
+            if head is embedding:
+                bar.update(1)
+            output_norm = dense(names.OUTPUT_NORM)
+            layers = []
+            for i in range(cfg.num_layers):
+                parts = {k: dense(n.format(i=i)) for k, n in LAYER_NORMS.items()}
+                parts.update({k: ternary(n.format(i=i)) for k, n in LAYER_TERNARY.items()})
+                layers.append(LayerWeights(**parts))
+        return cls(embedding, head, output_norm, layers)
+
+
+def _short(source: str) -> str:
+    return source if len(source) <= 40 else "..." + source[-37:]
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _progress(total: int, enabled: bool | None, desc: str) -> Any:
+    """A tqdm bar on stderr (``enabled=None``: only when stderr is a terminal)."""
+    if enabled is False:
+        return _NoBar()
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return _NoBar()
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="tensor",
+        disable=None if enabled is None else False,
+        leave=False,
+    )
+
+
+def iter_ternary_names(cfg: BitNetConfig) -> Iterator[str]:
+    for i in range(cfg.num_layers):
+        for n in LAYER_TERNARY.values():
+            yield n.format(i=i)
+
+
+def check_token_ids(ids: np.ndarray, vocab_size: int) -> None:
+    if ids.ndim != 1:
+        raise ShapeError(f"token ids must be 1-D, got shape {ids.shape}")
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab_size):
+        bad = ids[(ids < 0) | (ids >= vocab_size)][0]
+        raise ShapeError(f"token id {int(bad)} out of range [0, {vocab_size})")

@@ -1,0 +1,186 @@
+"""Whole-model conformance: logits and greedy tokens against the CPU reference engine.
+
+Small random BitNet models (``bitnet_core.model.random_weights``; awkward
+sizes: FFN widths and vocabularies that are no multiple of any block,
+grouped-query heads, a partial rotary dimension, both FFN activations, tied
+and untied heads) run on the provider under test, through its own backend
+when it offers one (``make_backend``) else the generic engine, and on
+``cpu-reference`` through the generic engine. Compared:
+
+- ``prefill``: the logits of every position of one prompt;
+- ``decode``: a short prefill then single-token steps (the KV cache path),
+  each step's logits;
+- ``greedy``: argmax decoding of 12 tokens; the token sequences must be
+  identical up to the first step where the reference's best two logits are
+  closer than twice the provider's logit error at that step (a tie the
+  provider may break either way; nothing after it is compared).
+
+Logits tolerance: ``|got - want| <= LOGIT_ATOL * max|want|`` (1 %). Float32
+arithmetic in any order moves these logits by ~5e-7 (measured); what needs
+the room is an int8 activation code decided the other way at a quantizer
+tie, which propagates through the layers (one such code in every row of
+every linear moved them by 1.5-3.7 %; a real provider has a handful per
+forward at most). A wrong op or a broken cache moves them by tens of %
+(a matmul that drops its last column: 46-57 %).
+These checks catch what op-level checks cannot: device arrays reused while
+still in use, reshape semantics, the cache across calls.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .tolerances import ConformanceFailure, Tolerance, assert_close
+
+#: Bound on logit differences, relative to the largest reference logit.
+LOGIT_ATOL = 1e-2
+
+
+class ModelUnavailable(Exception):
+    """The engine (``bitnet_core.model``) the model checks need is not installed."""
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """One whole-model comparison on ``provider``."""
+
+    id: str
+    check: Callable[[Any], None] = field(repr=False)
+
+    def run(self, provider: Any) -> None:
+        self.check(provider)
+
+
+def engine_available() -> bool:
+    return importlib.util.find_spec("bitnet_core.model") is not None
+
+
+#: Small configs with awkward sizes (keyword arguments of ``BitNetConfig``).
+MODEL_CONFIGS: dict[str, dict[str, Any]] = {
+    "gqa-relu2": dict(
+        vocab_size=263, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+        intermediate_size=172, context_length=64, ffn_activation="relu2",
+    ),
+    "mqa-silu-untied-partial-rope": dict(
+        vocab_size=101, hidden_size=48, num_layers=1, num_heads=3, num_kv_heads=1,
+        intermediate_size=100, context_length=40, ffn_activation="silu", rope_style="norm",
+        rope_dim=8, tied_embeddings=False, rope_theta=500000.0,
+    ),
+}  # fmt: skip
+
+_REFERENCE_BACKENDS: dict[str, Any] = {}
+
+
+def _weights(config_name: str) -> Any:
+    from ..config import BitNetConfig
+    from ..model import random_weights
+
+    return random_weights(BitNetConfig(**MODEL_CONFIGS[config_name]), seed=7)
+
+
+def _reference(config_name: str) -> Any:
+    """The reference engine for a config (built once per process)."""
+    if config_name not in _REFERENCE_BACKENDS:
+        from ..model import GenericBackend
+        from ..providers.reference import ReferenceProvider
+
+        _REFERENCE_BACKENDS[config_name] = GenericBackend(
+            ReferenceProvider(), _weights(config_name), progress=False
+        )
+    return _REFERENCE_BACKENDS[config_name]
+
+
+def _backend(provider: Any, config_name: str) -> Any:
+    """The provider's own backend when it offers one, else the generic engine."""
+    from ..model import GenericBackend
+
+    weights = _weights(config_name)
+    make = getattr(provider, "make_backend", None)
+    backend = make(weights, progress=False) if make is not None else None
+    return backend if backend is not None else GenericBackend(provider, weights, progress=False)
+
+
+def _prompt(config_name: str, n: int, seed: int) -> np.ndarray:
+    vocab = MODEL_CONFIGS[config_name]["vocab_size"]
+    ids = np.random.default_rng(seed).integers(0, vocab, size=n)
+    ids[0] = vocab - 1  # the last row of the embedding and of the head
+    return ids
+
+
+def _close(what: str, got: np.ndarray, want: np.ndarray) -> None:
+    assert_close(what, got, want, tol=Tolerance(0.0, LOGIT_ATOL))
+
+
+def check_prefill(provider: Any, config_name: str) -> None:
+    ids = _prompt(config_name, 11, 1)
+    want = _reference(config_name).logits(ids)
+    got = _backend(provider, config_name).logits(ids)
+    _close(f"prefill logits ({config_name}, {ids.size} tokens)", got, want)
+
+
+def check_decode(provider: Any, config_name: str) -> None:
+    ids = _prompt(config_name, 11, 2)
+    ref, dut = _reference(config_name), _backend(provider, config_name)
+    with ref.new_cache() as ref_seq, dut.new_cache() as dut_seq:
+        for start, stop in ((0, 5), *((i, i + 1) for i in range(5, 11))):
+            chunk = ids[start:stop]
+            want = ref.forward(chunk, ref_seq)
+            got = dut.forward(chunk, dut_seq)
+            _close(f"decode logits ({config_name}, tokens {start}..{stop - 1})", got, want)
+
+
+def check_greedy(provider: Any, config_name: str, steps: int = 12) -> int:
+    """Compare greedy tokens; returns how many steps were compared before a tie (if any).
+
+    Each step's logits must be within tolerance; the argmax may then differ only
+    where the reference's best two logits are closer than twice the provider's
+    actual error at that step (a tie it may break either way: stop comparing).
+    """
+    ref, dut = _reference(config_name), _backend(provider, config_name)
+    prompt = _prompt(config_name, 4, 3)
+    want_tokens: list[int] = []
+    got_tokens: list[int] = []
+    with ref.new_cache() as ref_seq, dut.new_cache() as dut_seq:
+        want_logits = ref.forward(prompt, ref_seq)
+        got_logits = dut.forward(prompt, dut_seq)
+        for step in range(steps):
+            _close(f"greedy step {step} logits ({config_name})", got_logits, want_logits)
+            want_t, got_t = int(np.argmax(want_logits)), int(np.argmax(got_logits))
+            want_tokens.append(want_t)
+            got_tokens.append(got_t)
+            top2 = np.sort(want_logits.astype(np.float64))[-2:]
+            error = float(np.abs(got_logits.astype(np.float64) - want_logits).max())
+            if top2[1] - top2[0] <= 2 * error:
+                return step  # a tie within the provider's error: either token is right
+            if want_t != got_t:
+                raise ConformanceFailure(
+                    f"greedy tokens ({config_name}) differ at step {step}: got {got_tokens}, "
+                    f"expected {want_tokens} (reference margin {top2[1] - top2[0]:.4g}, "
+                    f"logit error {error:.3g})"
+                )
+            want_logits = ref.forward(np.array([want_t]), ref_seq)
+            got_logits = dut.forward(np.array([got_t]), dut_seq)
+    return steps
+
+
+def model_checks() -> list[ModelCheck]:
+    """The whole-model checks (one that skips with the reason when the engine is missing)."""
+    if not engine_available():
+        return [ModelCheck("engine", _engine_missing)]
+    checks = []
+    for config_name in MODEL_CONFIGS:
+        for kind, fn in (("prefill", check_prefill), ("decode", check_decode),
+                         ("greedy", check_greedy)):  # fmt: skip
+            checks.append(
+                ModelCheck(f"{kind}-{config_name}", lambda p, f=fn, c=config_name: f(p, c))
+            )
+    return checks
+
+
+def _engine_missing(provider: Any) -> None:
+    raise ModelUnavailable("bitnet_core.model (the engine) is not installed: model checks skipped")

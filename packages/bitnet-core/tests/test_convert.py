@@ -1,0 +1,161 @@
+"""``bitnet convert``: a transformers BitNetForCausalLM checkpoint built here, converted, read back."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bitnet_core.cli.main import main
+from bitnet_core.convert import convert_checkpoint, read_hf_config, unpack_bitnet_weight
+from bitnet_core.errors import UnsupportedModelError
+
+torch = pytest.importorskip("torch", reason="torch is not installed (bash ci/python-extras.sh)")
+pytest.importorskip("transformers", reason="transformers is not installed")
+gguf_mod = pytest.importorskip("bitnet_core.gguf", reason="bitnet_core.gguf is not on this branch")
+
+from bitnet_core.convert.hf_random import TERNARY_PROJ, random_hf_checkpoint  # noqa: E402
+from bitnet_core.tokenizer import Tokenizer  # noqa: E402
+
+HF_TO_GGUF = {
+    "q_proj": "attn_q",
+    "k_proj": "attn_k",
+    "v_proj": "attn_v",
+    "o_proj": "attn_output",
+    "gate_proj": "ffn_gate",
+    "up_proj": "ffn_up",
+    "down_proj": "ffn_down",
+}
+SHAPE = dict(hidden_size=256, intermediate_size=512, num_layers=2, num_heads=4, num_kv_heads=2)
+
+
+def _expected(model):
+    """GGUF name -> (codes, scale) / float array, from the torch model."""
+    out = {}
+    for name, p in model.named_parameters():
+        w = p.detach().float().numpy()
+        if name == "model.embed_tokens.weight":
+            out["token_embd.weight"] = w
+        elif name == "lm_head.weight":
+            out["output.weight"] = w
+        elif name == "model.norm.weight":
+            out["output_norm.weight"] = w
+        else:
+            i = int(name.split(".")[2])
+            proj = next((m for m in TERNARY_PROJ if f".{m}." in name), None)
+            if proj:
+                s = np.abs(w).max()
+                out[f"blk.{i}.{HF_TO_GGUF[proj]}.weight"] = (np.sign(w).astype(np.int8), s)
+            else:
+                short = {
+                    "input_layernorm": "attn_norm",
+                    "post_attention_layernorm": "ffn_norm",
+                    "attn_sub_norm": "attn_sub_norm",
+                    "ffn_sub_norm": "ffn_sub_norm",
+                }
+                key = next(k for k in short if f".{k}." in name)
+                out[f"blk.{i}.{short[key]}.weight"] = w
+    return out
+
+
+def _check(path, model, *, tied):
+    mf = gguf_mod.open_model_file(path)
+    want = _expected(model)
+    if tied:
+        want.pop("output.weight", None)
+        assert not mf.has("output.weight")
+    for name, value in want.items():
+        if isinstance(value, tuple):
+            codes, scales = mf.ternary(name).unpack()
+            np.testing.assert_array_equal(codes, value[0], err_msg=name)
+            np.testing.assert_allclose(scales, value[1], rtol=1e-6, err_msg=name)
+        else:
+            got = mf.dense(name) if value.ndim == 2 else np.asarray(mf.dense(name)).reshape(-1)
+            np.testing.assert_array_equal(np.asarray(got, np.float32).reshape(value.shape), value)
+    return mf
+
+
+@pytest.mark.parametrize("ternary_type", ["tq2_0", "tq1_0", "i2_s", "f16", "f32"])
+def test_convert_round_trip(tmp_path, ternary_type):
+    model = random_hf_checkpoint(tmp_path / "hf", hidden_act="silu", **SHAPE)
+    out = convert_checkpoint(tmp_path / "hf", tmp_path / "m.gguf", ternary_type=ternary_type)
+    mf = _check(out, model, tied=True)
+    cfg = mf.config
+    assert (cfg.hidden_size, cfg.num_layers, cfg.num_kv_heads) == (256, 2, 2)
+    assert cfg.ffn_activation == "silu" and cfg.tied_embeddings
+    assert mf.metadata["bitnet.ffn_activation"] == "silu"
+    tok = Tokenizer.from_metadata(mf.metadata)
+    assert tok.vocab_size == cfg.vocab_size == 320
+    from tokenizers import Tokenizer as HF
+
+    hf = HF.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    for text in ["Hello world", "café 日本語 🤖 123456", "  spaces\n\nnewlines"]:
+        assert tok.encode(text) == hf.encode(text).ids
+
+
+def test_convert_relu2_untied_sharded_bf16(tmp_path):
+    model = random_hf_checkpoint(
+        tmp_path / "hf",
+        hidden_act="relu2",
+        tie_word_embeddings=False,
+        dtype="bfloat16",
+        max_shard_size="200KB",
+        **SHAPE,
+    )
+    assert (tmp_path / "hf" / "model.safetensors.index.json").is_file()
+    out = convert_checkpoint(tmp_path / "hf", tmp_path / "m.gguf", ternary_type="tq2_0")
+    mf = _check(out, model, tied=False)
+    assert mf.config.ffn_activation == "relu2" and not mf.config.tied_embeddings
+
+
+def test_convert_packed_checkpoint(tmp_path):
+    model = random_hf_checkpoint(tmp_path / "hf", packed=True, **SHAPE)
+    info = read_hf_config(tmp_path / "hf")
+    assert info.packed
+    out = convert_checkpoint(tmp_path / "hf", tmp_path / "m.gguf", ternary_type="i2_s")
+    _check(out, model, tied=True)
+
+
+def test_unpack_matches_transformers_packing():
+    from transformers.integrations.bitnet import pack_weights
+
+    rng = np.random.default_rng(1)
+    codes = rng.integers(-1, 2, size=(12, 7)).astype(np.int8)
+    packed = pack_weights(torch.from_numpy(codes.astype(np.float32))).numpy()
+    np.testing.assert_array_equal(unpack_bitnet_weight(packed, 12), codes)
+
+
+def test_cli_convert_and_refusals(tmp_path, capsys):
+    random_hf_checkpoint(tmp_path / "hf", **SHAPE)
+    out = tmp_path / "m.gguf"
+    assert main(["convert", str(tmp_path / "hf"), str(out), "--no-progress"]) == 0
+    before = out.read_bytes()
+    assert main(["convert", str(tmp_path / "hf"), str(out), "--no-progress"]) != 0
+    assert "exists" in capsys.readouterr().err and out.read_bytes() == before
+    assert main(["convert", str(tmp_path / "hf"), str(out), "--force", "--type", "f16"]) == 0
+    assert out.read_bytes() != before
+
+    cfg_path = tmp_path / "hf" / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    for change, message in [
+        ({"hidden_act": "gelu"}, "hidden_act 'gelu'"),
+        ({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, "not a BitNet"),
+        ({"attention_bias": True}, "bias"),
+        ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope scaling"),
+        ({"quantization_config": {"quant_method": "gptq"}}, "gptq"),
+        ({"num_hidden_layers": 3}, "lacks"),
+    ]:
+        cfg_path.write_text(json.dumps(cfg | change))
+        rc = main(["convert", str(tmp_path / "hf"), str(tmp_path / "x.gguf"), "--no-progress"])
+        err = capsys.readouterr().err
+        assert rc != 0 and message in err and err.count("\n") == 1, err
+        assert not (tmp_path / "x.gguf").exists()
+    cfg_path.write_text(json.dumps(cfg))
+
+
+def test_tq_types_need_256_multiples(tmp_path):
+    random_hf_checkpoint(tmp_path / "hf", hidden_size=64, intermediate_size=128, num_heads=4)
+    with pytest.raises(UnsupportedModelError, match="256"):
+        convert_checkpoint(tmp_path / "hf", tmp_path / "m.gguf", ternary_type="tq2_0")
+    assert not (tmp_path / "m.gguf").exists()

@@ -1,0 +1,148 @@
+"""Sampling: greedy, temperature, top-k, top-p, min-p, repetition penalty, seeds, stop strings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bitnet_core.errors import ConfigError
+from bitnet_core.model.sampling import (
+    Sampler,
+    SamplingParams,
+    StopMatcher,
+    apply_repetition_penalty,
+    token_probabilities,
+)
+
+logit_arrays = st.lists(st.floats(-20, 20, allow_nan=False, width=32), min_size=2, max_size=60).map(
+    lambda v: np.array(v, dtype=np.float32)
+)
+
+
+@given(logit_arrays)
+def test_greedy_is_argmax(logits):
+    s = Sampler(SamplingParams(temperature=0))
+    assert s.sample(logits) == int(np.argmax(logits))
+
+
+@settings(max_examples=50)
+@given(logit_arrays, st.integers(1, 10), st.integers(0, 2**32 - 1))
+def test_top_k_draws_only_the_k_best(logits, k, seed):
+    s = Sampler(SamplingParams(temperature=1.5, top_k=k, top_p=1.0, min_p=0.0, seed=seed))
+    kth = np.sort(logits)[::-1][min(k, len(logits)) - 1]
+    for _ in range(5):
+        assert logits[s.sample(logits)] >= kth
+
+
+@settings(max_examples=50)
+@given(logit_arrays, st.floats(0.05, 1.0), st.floats(0.0, 1.0))
+def test_top_p_and_min_p_keep_a_valid_distribution(logits, top_p, min_p):
+    p = token_probabilities(
+        logits, SamplingParams(temperature=1.0, top_k=0, top_p=top_p, min_p=min_p)
+    )
+    assert p.sum() == pytest.approx(1.0)
+    assert (p >= 0).all()
+    assert p[int(np.argmax(logits))] > 0  # the best token always survives
+    full = token_probabilities(
+        logits, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    )
+    kept = p > 0
+    # top-p: the kept set (before min-p) reaches the mass; min-p: survivors are >= min_p * max
+    assert (full[kept] >= min_p * full.max() - 1e-12).all()
+    if min_p == 0.0:
+        assert full[kept].sum() >= top_p - 1e-9
+
+
+def test_top_p_exact():
+    logits = np.log(np.array([0.5, 0.3, 0.15, 0.05]))
+    p = token_probabilities(logits, SamplingParams(temperature=1.0, top_k=0, top_p=0.75, min_p=0.0))
+    np.testing.assert_allclose(p, [0.625, 0.375, 0, 0])
+    p = token_probabilities(logits, SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.2))
+    np.testing.assert_allclose(p, [0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0])
+
+
+def test_temperature_sharpens_and_flattens():
+    logits = np.array([2.0, 1.0, 0.0])
+    cold = token_probabilities(logits, SamplingParams(temperature=0.5, top_k=0, top_p=1, min_p=0))
+    hot = token_probabilities(logits, SamplingParams(temperature=2.0, top_k=0, top_p=1, min_p=0))
+    assert cold[0] > hot[0] and cold[2] < hot[2]
+    # empirical frequencies follow the distribution
+    s = Sampler(SamplingParams(temperature=2.0, top_k=0, top_p=1, min_p=0, seed=0))
+    draws = np.bincount([s.sample(logits) for _ in range(3000)], minlength=3) / 3000
+    np.testing.assert_allclose(draws, hot, atol=0.04)
+
+
+@given(logit_arrays, st.integers(0, 2**31 - 1))
+def test_same_seed_same_tokens(logits, seed):
+    params = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, seed=seed)
+    a, b = Sampler(params), Sampler(params)
+    assert [a.sample(logits) for _ in range(8)] == [b.sample(logits) for _ in range(8)]
+
+
+def test_repetition_penalty():
+    logits = np.array([2.0, -2.0, 1.0, 0.5], dtype=np.float32)
+    out = apply_repetition_penalty(logits, [0, 1, 1], penalty=2.0, last_n=64)
+    np.testing.assert_allclose(out, [1.0, -4.0, 1.0, 0.5])
+    out = apply_repetition_penalty(logits, [0, 1, 3], penalty=2.0, last_n=1)  # only the last
+    np.testing.assert_allclose(out, [2.0, -2.0, 1.0, 0.25])
+    s = Sampler(SamplingParams(temperature=0, repeat_penalty=4.0))
+    assert s.sample(logits, history=[0]) == 2
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"temperature": -0.1},
+        {"temperature": float("nan")},
+        {"temperature": "hot"},
+        {"top_k": -1},
+        {"top_k": 1.5},
+        {"top_p": 0.0},
+        {"top_p": 1.5},
+        {"min_p": -0.1},
+        {"min_p": 2},
+        {"repeat_penalty": 0},
+        {"seed": -1},
+        {"seed": 1.5},
+        {"max_tokens": -1},
+        {"stop": [""]},
+        {"stop": [3]},
+        {"temp": 1.0},  # unknown name
+    ],
+)
+def test_invalid_values_are_config_errors(kw):
+    with pytest.raises(ConfigError):
+        SamplingParams.from_kwargs(**kw)
+
+
+def test_nan_logits():
+    s = Sampler(SamplingParams(temperature=1.0, seed=1))
+    assert s.sample(np.array([np.nan, 1.0, np.nan])) == 1
+    with pytest.raises(ConfigError):
+        s.sample(np.array([np.nan, np.nan]))
+
+
+stop_words = st.lists(st.text("ab\n", min_size=1, max_size=3), max_size=3)
+
+
+@settings(max_examples=200)
+@given(st.text("abc\n", max_size=30), stop_words, st.lists(st.integers(0, 30), max_size=6))
+def test_stop_matcher_equals_cutting_the_whole_text(text, stops, cuts):
+    bounds = sorted({0, len(text), *(c for c in cuts if c <= len(text))})
+    pieces = [text[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    m = StopMatcher(stops)
+    out = "".join(m.feed(p) for p in pieces) + m.flush()
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    expected = text[: min(hits)] if hits else text
+    assert out == expected
+    assert m.stopped == bool(hits)
+
+
+def test_stop_matcher_streams_safe_text_early():
+    m = StopMatcher(["</s>"])
+    assert m.feed("hello <") == "hello "
+    assert m.feed("/b") == "</b"
+    assert m.feed(" x</s> tail") == " x"
+    assert m.stopped and m.feed("more") == ""

@@ -1,0 +1,508 @@
+"""``OpenCLProvider``: every op of the ``KernelProvider`` protocol as OpenCL kernels.
+
+Arrays live on the device between ops as ``CLArray`` (from the buffer pool);
+ternary weights are resident in the packed 2-bit layout of
+``bitnet_opencl.weights``. Host data moves only in ``to_device``/``to_host``
+and for the small per-call inputs the protocol passes as numpy (token ids,
+positions: the rope angles are computed on the host in float64, as the
+reference does). Every OpenCL failure surfaces as ``ProviderError`` naming
+the op.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from bitnet_core.errors import (
+    BitnetError,
+    DeviceUnavailableError,
+    ProviderError,
+    ShapeError,
+    UnsupportedOperationError,
+)
+from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
+from bitnet_core.hal.weights import TernaryWeight
+
+from .buffers import CLArray
+from .device import DeviceInfo, choose_device, import_pyopencl
+from .runtime import Runtime
+from .weights import OpenCLWeight, host_layout
+
+#: Token counts up to this use the GEMV kernel; larger ones the tiled GEMM.
+GEMV_MAX_TOKENS = 8
+_WG = 64  # default work-group size of the reducing kernels
+
+_HOST_DTYPES = {
+    np.dtype(np.float32): np.float32,
+    np.dtype(np.float64): np.float32,
+    np.dtype(np.float16): np.float16,
+    np.dtype(np.int8): np.int8,
+    np.dtype(np.uint8): np.uint8,
+    np.dtype(np.bool_): np.uint8,
+    np.dtype(np.int32): np.int32,
+    np.dtype(np.int64): np.int32,
+    np.dtype(np.uint32): np.uint32,
+}
+
+
+def _is_cl_error(exc: BaseException) -> bool:
+    cl, _ = import_pyopencl()
+    return cl is not None and isinstance(exc, cl.Error)
+
+
+def _op(fn):
+    """Turn an OpenCL failure inside an op into ``ProviderError("opencl <op>: ...")``."""
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except BitnetError:
+            raise
+        except Exception as exc:
+            if _is_cl_error(exc) or isinstance(exc, MemoryError):
+                raise ProviderError(f"opencl {fn.__name__}: {type(exc).__name__}: {exc}") from exc
+            raise
+
+    return wrapper
+
+
+def _i32(v: int) -> np.int32:
+    return np.int32(v)
+
+
+class OpenCLProvider:
+    """OpenCL kernels through PyOpenCL on any OpenCL 1.2+ device."""
+
+    name = "opencl"
+    family = "opencl"
+    device_kind = "gpu"
+    priority = PRIORITIES["opencl"]
+
+    def __init__(self, device: str | None = None) -> None:
+        """``device``: ``"P:D"`` overriding ``BITNET_OPENCL_DEVICE`` (tests, benchmarks)."""
+        self._request = device
+        self._choices: dict[bool, DeviceInfo] = {}
+        self._rt: Runtime | None = None
+        self._lock = threading.Lock()
+        self._rope_tables: OrderedDict[tuple, CLArray] = OrderedDict()
+
+    # --- probing and the device ---------------------------------------------
+    def probe(self, explicit: bool = False) -> Availability:
+        try:
+            info, reason = choose_device(explicit, request=self._request)
+        except Exception as exc:  # never raise from a probe
+            return Availability.no(f"OpenCL probe failed: {type(exc).__name__}: {exc}")
+        if info is None:
+            return Availability.no(reason)
+        self._choices[explicit] = info
+        ext = info.extensions
+        return Availability.yes(
+            info.describe(),
+            address=info.address,
+            platform=info.platform_name,
+            kind=info.kind,
+            version=info.version_string,
+            compute_units=info.compute_units,
+            global_mem=info.global_mem,
+            fp64="cl_khr_fp64" in ext,
+            subgroups="cl_khr_subgroups" in ext or "cl_intel_subgroups" in ext,
+            dot8="cl_khr_integer_dot_product" in ext,
+        )
+
+    @property
+    def runtime(self) -> Runtime:
+        """The device state, created on first use from the last successful probe."""
+        rt = self._rt
+        if rt is not None:
+            return rt
+        with self._lock:
+            if self._rt is None:
+                info = self._choices.get(True) or self._choices.get(False)
+                if info is None:
+                    avail = self.probe(explicit=True)
+                    if not avail.available:
+                        raise DeviceUnavailableError(f"opencl: {avail.reason}")
+                    info = self._choices[True]
+                cl, reason = import_pyopencl()
+                if cl is None:
+                    raise DeviceUnavailableError(f"opencl: {reason}")
+                try:
+                    self._rt = Runtime(cl, info)
+                except BitnetError:
+                    raise
+                except Exception as exc:
+                    raise ProviderError(
+                        f"opencl: setting up {info.describe()} failed: {type(exc).__name__}: {exc}"
+                    ) from exc
+            return self._rt
+
+    @property
+    def device_info(self) -> DeviceInfo:
+        return self.runtime.info
+
+    def synchronize(self) -> None:
+        """Wait for every queued command (benchmarks)."""
+        self.runtime.finish()
+
+    def memory_stats(self) -> dict[str, int]:
+        pool = self.runtime.pool
+        return {
+            "allocations": pool.allocations,
+            "reuses": pool.reuses,
+            "cached_bytes": pool.cached_bytes,
+        }
+
+    # --- helpers --------------------------------------------------------------
+    def _alloc(self, shape: tuple[int, ...], dtype: Any = np.float32) -> CLArray:
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        return CLArray(self.runtime.pool.acquire(nbytes), shape, dtype)
+
+    def _dev(self, x: Any, what: str, dtype: Any = np.float32) -> CLArray:
+        """A ``CLArray`` of ``dtype`` (uploading a host array; checking a device one)."""
+        if not isinstance(x, CLArray):
+            x = self.to_device(np.asarray(x, dtype=dtype))
+        if x.dtype != np.dtype(dtype):
+            raise UnsupportedOperationError(
+                f"opencl {what}: expects {np.dtype(dtype).name} arrays, got {x.dtype.name}"
+            )
+        return x
+
+    def _run(self, name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
+        self.runtime.kernel(name)(self.runtime.queue, gsize, lsize, *args)
+
+    def _local(self, nbytes: int) -> Any:
+        return self.runtime.cl.LocalMemory(max(4, int(nbytes)))
+
+    # --- memory ---------------------------------------------------------------
+    @_op
+    def to_device(self, array: Any) -> CLArray:
+        if isinstance(array, CLArray):
+            return array
+        host = np.asarray(array)
+        target = _HOST_DTYPES.get(host.dtype)
+        if target is None:
+            raise UnsupportedOperationError(f"opencl to_device: dtype {host.dtype} not supported")
+        if (
+            host.dtype == np.int64
+            and host.size
+            and (host.min() < np.iinfo(np.int32).min or host.max() > np.iinfo(np.int32).max)
+        ):
+            raise UnsupportedOperationError("opencl to_device: int64 values exceed int32")
+        host = np.ascontiguousarray(host, dtype=target)
+        out = self._alloc(host.shape, host.dtype)
+        if host.size:
+            self.runtime.cl.enqueue_copy(self.runtime.queue, out.buffer, host, is_blocking=True)
+        return out
+
+    @_op
+    def to_host(self, array: Any) -> np.ndarray:
+        if not isinstance(array, CLArray):
+            return np.asarray(array)
+        out = np.empty(array.shape, dtype=array.dtype)
+        if out.size:
+            self.runtime.cl.enqueue_copy(self.runtime.queue, out, array.buffer, is_blocking=True)
+        return out
+
+    @_op
+    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> CLArray:
+        shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise ShapeError(f"opencl empty: negative dimension in {shape}")
+        dtype = np.dtype(dtype)
+        if dtype not in _HOST_DTYPES or _HOST_DTYPES[dtype] != dtype.type:
+            raise UnsupportedOperationError(f"opencl empty: dtype {dtype} not supported")
+        out = self._alloc(shape, dtype)
+        rt = self.runtime
+        rt.cl.enqueue_fill_buffer(rt.queue, out.buffer, np.uint8(0), 0, out._block.size)
+        return out
+
+    @_op
+    def load_ternary(self, weight: TernaryWeight) -> OpenCLWeight:
+        packed, scales = host_layout(weight)
+        rt = self.runtime
+        cl = rt.cl
+        flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
+        if packed.size == 0:  # zero rows: OpenCL has no empty buffers
+            packed, scales = np.zeros(16, np.uint8), np.zeros(1, np.float32)
+        return OpenCLWeight(
+            weight.name,
+            weight.rows,
+            weight.cols,
+            cl.Buffer(rt.context, flags, hostbuf=packed),
+            cl.Buffer(rt.context, flags, hostbuf=scales),
+        )
+
+    # --- ops ------------------------------------------------------------------
+    @_op
+    def embedding(self, table: Any, ids: np.ndarray) -> CLArray:
+        if isinstance(ids, CLArray):
+            ids = self.to_host(ids)
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if not isinstance(table, CLArray):
+            table = self.to_device(np.asarray(table))
+        if table.ndim != 2 or table.dtype not in (np.float32, np.float16):
+            raise UnsupportedOperationError(
+                f"opencl embedding: table must be 2-D float32/float16, got {table.shape} {table.dtype}"
+            )
+        v, k = table.shape
+        if ids.size and (ids.min() < 0 or ids.max() >= v):
+            raise ShapeError(f"token id out of range [0, {v})")
+        out = self._alloc((ids.size, k))
+        if ids.size and k:
+            dev_ids = self.to_device(ids.astype(np.int32))
+            name = "embedding_f16" if table.dtype == np.float16 else "embedding_f32"
+            self._run(name, (k, ids.size), None, table.buffer, dev_ids.buffer, out.buffer, _i32(k))
+        return out
+
+    @_op
+    def rmsnorm(self, x: Any, weight: Any, eps: float) -> CLArray:
+        x = self._dev(x, "rmsnorm")
+        w = self._dev(weight, "rmsnorm")
+        if x.ndim < 1 or w.shape != (x.shape[-1],):
+            raise ShapeError(f"rmsnorm: weight {w.shape} does not match activations {x.shape}")
+        k = x.shape[-1]
+        rows = x.size // k if k else 0
+        out = self._alloc(x.shape)
+        if rows and k:
+            rt = self.runtime
+            lsz = rt.reduce_group("rmsnorm", _WG, k)
+            acc = 8 if rt.features.fp64 else 4
+            self._run(
+                "rmsnorm", (lsz * rows,), (lsz,), x.buffer, w.buffer, out.buffer, _i32(k),
+                np.float32(eps), self._local(lsz * acc),
+            )  # fmt: skip
+        return out
+
+    @_op
+    def quantize_act(self, x: Any) -> tuple[CLArray, CLArray]:
+        x = self._dev(x, "quantize_act")
+        if x.ndim != 2:
+            raise ShapeError(f"quantize_act expects [T, K] activations, got shape {x.shape}")
+        t, k = x.shape
+        xq = self._alloc((t, k), np.int8)
+        xs = self._alloc((t,), np.float32)
+        if t:
+            lsz = self.runtime.reduce_group("quantize_act", _WG, max(k, 1))
+            self._run(
+                "quantize_act", (lsz * t,), (lsz,), x.buffer, xq.buffer, xs.buffer, _i32(k),
+                self._local(lsz * 4),
+            )  # fmt: skip
+        return xq, xs
+
+    def _check_weight(self, weight: Any, what: str) -> OpenCLWeight:
+        if not isinstance(weight, OpenCLWeight):
+            if isinstance(weight, TernaryWeight):
+                return self.load_ternary(weight)
+            raise UnsupportedOperationError(
+                f"opencl {what}: weight must come from load_ternary, got {type(weight).__name__}"
+            )
+        return weight
+
+    @_op
+    def matmul_i2s(self, xq: Any, xscale: Any, weight: Any) -> CLArray:
+        w = self._check_weight(weight, "matmul_i2s")
+        xq = self._dev(xq, "matmul_i2s", np.int8)
+        xs = self._dev(xscale, "matmul_i2s", np.float32)
+        if xq.ndim != 2 or xq.shape[1] != w.cols:
+            raise ShapeError(f"matmul_i2s: activations {xq.shape} do not match weight {w.shape}")
+        t = xq.shape[0]
+        if xs.shape != (t,):
+            raise ShapeError(f"matmul_i2s: scales {xs.shape} do not match activations {xq.shape}")
+        n, k = w.rows, w.cols
+        out = self._alloc((t, n))
+        if not (t and n):
+            return out
+        rt = self.runtime
+        args = (w.packed, _i32(w.blocks_per_row), xq.buffer, xs.buffer, w.scales, out.buffer)
+        if t > GEMV_MAX_TOKENS and rt.kernel_max_work_group("gemm_i2s") >= 64:
+            grid = (8 * -(-n // 32), 8 * -(-t // 32))
+            self._run("gemm_i2s", grid, (8, 8), *args, _i32(n), _i32(k), _i32(t))
+        else:
+            lsz = rt.reduce_group("gemv_i2s", _WG, w.blocks_per_row)
+            self._run(
+                "gemv_i2s", (lsz * n, t), (lsz, 1), *args, _i32(n), _i32(k), self._local(lsz * 4)
+            )
+        return out
+
+    @_op
+    def linear(self, x: Any, weight: Any) -> CLArray:
+        xq, xs = self.quantize_act(x)
+        return self.matmul_i2s(xq, xs, weight)
+
+    @_op
+    def matmul_ternary_float(self, x: Any, weight: Any) -> CLArray:
+        w = self._check_weight(weight, "matmul_ternary_float")
+        x = self._dev(x, "matmul_ternary_float")
+        if x.ndim != 2 or x.shape[1] != w.cols:
+            raise ShapeError(f"matmul: activations {x.shape} do not match weight {w.shape}")
+        t, n = x.shape[0], w.rows
+        out = self._alloc((t, n))
+        if t and n:
+            words = w.blocks_per_row * 4
+            lsz = self.runtime.reduce_group("gemv_ternary_f32", _WG, words)
+            self._run(
+                "gemv_ternary_f32", (lsz * n, t), (lsz, 1), w.packed, _i32(w.blocks_per_row),
+                x.buffer, w.scales, out.buffer, _i32(n), _i32(w.cols), self._local(lsz * 4),
+            )  # fmt: skip
+        return out
+
+    @_op
+    def matmul_dense(self, x: Any, table: Any) -> CLArray:
+        x = self._dev(x, "matmul_dense")
+        if not isinstance(table, CLArray):
+            table = self.to_device(np.asarray(table))
+        if table.dtype not in (np.float32, np.float16):
+            raise UnsupportedOperationError(f"opencl matmul_dense: table dtype {table.dtype}")
+        if x.ndim != 2 or table.ndim != 2 or x.shape[1] != table.shape[1]:
+            raise ShapeError(f"matmul_dense: {x.shape} does not match table {table.shape}")
+        t, (n, k) = x.shape[0], table.shape
+        out = self._alloc((t, n))
+        if t and n:
+            name = "dense_f16" if table.dtype == np.float16 else "dense_f32"
+            lsz = self.runtime.reduce_group(name, _WG, max(1, k // 4))
+            self._run(
+                name, (lsz * n, -(-t // 4)), (lsz, 1), x.buffer, table.buffer, out.buffer,
+                _i32(n), _i32(k), _i32(t), self._local(lsz * 4),
+            )  # fmt: skip
+        return out
+
+    def _rope_table(self, positions: np.ndarray, theta: float, rot_dim: int) -> CLArray:
+        key = (positions.tobytes(), float(theta), int(rot_dim))
+        table = self._rope_tables.get(key)
+        if table is not None:
+            self._rope_tables.move_to_end(key)
+            return table
+        half = rot_dim // 2
+        inv_freq = float(theta) ** (-np.arange(half, dtype=np.float64) * 2.0 / rot_dim)
+        ang = positions.astype(np.float64)[:, None] * inv_freq[None, :]
+        cs = np.stack([np.cos(ang), np.sin(ang)], axis=-1).astype(np.float32)
+        table = self.to_device(cs)
+        self._rope_tables[key] = table
+        if len(self._rope_tables) > 16:
+            self._rope_tables.popitem(last=False)
+        return table
+
+    @_op
+    def rope(
+        self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
+    ) -> CLArray:
+        x = self._dev(x, "rope")
+        if x.ndim != 3:
+            raise ShapeError(f"rope expects [T, H, D], got shape {x.shape}")
+        t, h, d = x.shape
+        if rot_dim > d or rot_dim % 2 or rot_dim < 0:
+            raise ShapeError(f"rope: rot_dim {rot_dim} must be even and <= head dim {d}")
+        if style not in ("neox", "norm"):
+            raise UnsupportedOperationError(f"unknown rope style {style!r}")
+        if isinstance(positions, CLArray):
+            positions = self.to_host(positions)
+        positions = np.asarray(positions).reshape(-1)
+        if positions.size != t:
+            raise ShapeError(f"rope: {positions.size} positions for {t} tokens")
+        out = self._alloc(x.shape)
+        if x.size:
+            cs = self._rope_table(positions, theta, max(rot_dim, 2))
+            self._run(
+                "rope", (d, h, t), None, x.buffer, cs.buffer, out.buffer, _i32(h), _i32(d),
+                _i32(rot_dim), _i32(1 if style == "neox" else 0),
+            )  # fmt: skip
+        return out
+
+    @_op
+    def kv_store(self, cache: Any, x: Any, start: int) -> None:
+        if not isinstance(cache, CLArray):
+            raise UnsupportedOperationError("opencl kv_store: the cache must come from empty()")
+        x = self._dev(x, "kv_store", cache.dtype)
+        t = x.shape[0] if x.ndim else 0
+        if start < 0 or start + t > cache.shape[0] or x.shape[1:] != cache.shape[1:]:
+            raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
+        if x.size:
+            row = x.nbytes // t
+            rt = self.runtime
+            rt.cl.enqueue_copy(
+                rt.queue, cache.buffer, x.buffer, byte_count=x.nbytes, dst_offset=start * row
+            )
+
+    @_op
+    def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> CLArray:
+        q = self._dev(q, "attention")
+        kc = self._dev(k_cache, "attention")
+        vc = self._dev(v_cache, "attention")
+        if q.ndim != 3 or kc.ndim != 3 or vc.shape != kc.shape:
+            raise ShapeError(f"attention: q {q.shape} vs caches {kc.shape} / {vc.shape}")
+        t, hq, d = q.shape
+        hkv = kc.shape[1]
+        if hkv == 0 or hq % hkv or kc.shape[2] != d or start < 0 or start + t > kc.shape[0]:
+            raise ShapeError(f"attention: q {q.shape} vs cache {kc.shape} at {start}")
+        out = self._alloc(q.shape)
+        if q.size:
+            lsz = self.runtime.reduce_group("attention", _WG, start + t)
+            self._run(
+                "attention", (lsz * hq, t), (lsz, 1), q.buffer, kc.buffer, vc.buffer, out.buffer,
+                _i32(hq), _i32(hkv), _i32(d), _i32(start), np.float32(1.0 / math.sqrt(d)),
+                self._local(d * 4), self._local(d * 4), self._local(lsz * 4),
+                self._local(lsz * 4),
+            )  # fmt: skip
+        return out
+
+    def _unary(self, name: str, x: Any) -> CLArray:
+        x = self._dev(x, name)
+        out = self._alloc(x.shape)
+        if x.size:
+            self._run(name, (x.size,), None, x.buffer, out.buffer)
+        return out
+
+    def _binary(self, name: str, a: Any, b: Any, broadcast: bool) -> CLArray:
+        a = self._dev(a, name)
+        b = self._dev(b, name)
+        if a.shape != b.shape:
+            trailing = b.ndim <= a.ndim and a.shape[a.ndim - b.ndim :] == b.shape
+            if not (broadcast and trailing):
+                raise ShapeError(f"{name}: shapes {a.shape} and {b.shape} do not match")
+        out = self._alloc(a.shape)
+        if a.size:
+            extra = (_i32(b.size),) if broadcast else ()
+            self._run(name, (a.size,), None, a.buffer, b.buffer, out.buffer, *extra)
+        return out
+
+    @_op
+    def silu(self, x: Any) -> CLArray:
+        return self._unary("silu", x)
+
+    @_op
+    def relu2(self, x: Any) -> CLArray:
+        return self._unary("relu2", x)
+
+    @_op
+    def silu_mul(self, gate: Any, up: Any) -> CLArray:
+        return self._binary("silu_mul", gate, up, broadcast=False)
+
+    @_op
+    def relu2_mul(self, gate: Any, up: Any) -> CLArray:
+        return self._binary("relu2_mul", gate, up, broadcast=False)
+
+    @_op
+    def add(self, a: Any, b: Any) -> CLArray:
+        """``a + b``; ``b`` may broadcast over ``a``'s leading dimensions."""
+        return self._binary("add", a, b, broadcast=True)
+
+    @_op
+    def mul(self, a: Any, b: Any) -> CLArray:
+        """``a * b``; ``b`` may broadcast over ``a``'s leading dimensions."""
+        return self._binary("mul", a, b, broadcast=True)
+
+    def quantize(self, x: Any, qtype: str) -> Any:
+        """Quantize float weights to a packed ternary format on the host (``bitnet_core.formats``)."""
+        from bitnet_core.providers.reference import ReferenceProvider
+
+        if isinstance(x, CLArray):
+            x = self.to_host(x)
+        return ReferenceProvider().quantize(np.asarray(x, dtype=np.float32), qtype)

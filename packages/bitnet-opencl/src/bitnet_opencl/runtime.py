@@ -1,0 +1,79 @@
+"""One device's OpenCL state: context, in-order queue, built program, kernels, pool."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from bitnet_core.errors import ConfigError
+
+from .buffers import DEFAULT_POOL_LIMIT, BufferPool
+from .device import DeviceInfo
+from .program import build_program, detect_features
+
+ENV_POOL_MB = "BITNET_OPENCL_POOL_MB"
+
+
+def _pool_limit() -> int:
+    raw = os.environ.get(ENV_POOL_MB, "").strip()
+    if not raw:
+        return DEFAULT_POOL_LIMIT
+    try:
+        mb = int(raw)
+    except ValueError:
+        raise ConfigError(f"{ENV_POOL_MB}={raw!r} is not a whole number of MiB") from None
+    if mb < 0:
+        raise ConfigError(f"{ENV_POOL_MB}={raw!r} must be >= 0")
+    return mb << 20
+
+
+def pow2_floor(n: int) -> int:
+    return 1 << (max(1, int(n)).bit_length() - 1)
+
+
+class Runtime:
+    """Everything bound to the chosen device; created once per provider, on first use."""
+
+    def __init__(self, cl: Any, info: DeviceInfo) -> None:
+        self.cl = cl
+        self.info = info
+        self.device = cl.get_platforms()[info.platform_index].get_devices()[info.device_index]
+        self.context = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.context, self.device)
+        wanted = detect_features(cl, self.device, info)
+        self.program, self.features, self.build_notes = build_program(cl, self.context, wanted)
+        self.pool = BufferPool(cl, self.context, _pool_limit())
+        self.max_work_group = int(self.device.max_work_group_size)
+        self._kernels: dict[str, Any] = {}
+        self._kernel_max: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def kernel(self, name: str) -> Any:
+        k = self._kernels.get(name)
+        if k is None:
+            with self._lock:
+                k = self._kernels.get(name)
+                if k is None:
+                    k = self.cl.Kernel(self.program, name)
+                    self._kernels[name] = k
+        return k
+
+    def kernel_max_work_group(self, name: str) -> int:
+        if name not in self._kernel_max:
+            wg = self.kernel(name).get_work_group_info(
+                self.cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device
+            )
+            self._kernel_max[name] = int(wg)
+        return self._kernel_max[name]
+
+    def reduce_group(self, name: str, want: int, need: int | None = None) -> int:
+        """A power-of-two work-group size for a reducing kernel: <= want, the kernel's
+        limit, and (when ``need`` is given) no larger than the next power of two of it."""
+        size = min(want, self.kernel_max_work_group(name), self.max_work_group)
+        if need is not None:
+            size = min(size, 1 << max(0, int(need) - 1).bit_length())
+        return pow2_floor(size)
+
+    def finish(self) -> None:
+        self.queue.finish()

@@ -1,0 +1,100 @@
+"""OpenCL-specific kernel checks beyond the conformance suite: both matmul paths
+(GEMV for decode, tiled GEMM for prefill) at their boundaries, exactness where
+the device has float64, the packed weight layout, and the build without float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ocl_helpers import acts, ternary
+
+from bitnet_core.hal.weights import unpack_i2
+from bitnet_opencl import OpenCLProvider
+from bitnet_opencl.provider import GEMV_MAX_TOKENS
+from bitnet_opencl.weights import pack_blocks, padded_cols
+
+
+def _i2s(p, ref, rng, t, n, k):
+    w = ternary(rng, n, k)
+    xq, xs = ref.quantize_act(acts(rng, t, k))
+    got = p.to_host(p.matmul_i2s(p.to_device(xq), p.to_device(xs), p.load_ternary(w)))
+    return got, ref.matmul_i2s(xq, xs, ref.load_ternary(w))
+
+
+@pytest.mark.parametrize("k", [1, 63, 64, 65, 127, 128, 129, 2560 + 7])
+@pytest.mark.parametrize("t", [1, GEMV_MAX_TOKENS, GEMV_MAX_TOKENS + 1, 32, 33])
+def test_matmul_i2s_paths_are_exact(ocl, ref, rng, t, k):
+    """GEMV (t <= 8) and GEMM (t > 8), K around the 64-code blocks: integer sums are
+    exact, and with float64 the epilogue is the reference's bit for bit."""
+    got, want = _i2s(ocl, ref, rng, t, 37, k)
+    if ocl.runtime.features.fp64:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
+def test_quantize_act_matches_exactly(ocl, ref, rng):
+    """Scales are the correctly rounded 127/amax; codes round half to even."""
+    x = acts(rng, 7, 333)
+    x[3] = 0.0
+    x[4, :8] = [127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5]
+    x[4, 8:] = 0.25
+    xq, xs = ocl.quantize_act(ocl.to_device(x))
+    rq, rs = ref.quantize_act(x)
+    np.testing.assert_array_equal(ocl.to_host(xs), rs)
+    np.testing.assert_array_equal(ocl.to_host(xq), rq)
+
+
+def test_packed_layout_round_trips(rng):
+    for cols in (1, 5, 64, 65, 200):
+        w = ternary(rng, 3, cols)
+        packed = pack_blocks(w.codes())
+        assert packed.shape == (3, padded_cols(cols) // 4) and packed.shape[1] % 16 == 0
+        codes = unpack_i2(packed, padded_cols(cols))
+        np.testing.assert_array_equal(codes[:, :cols], w.codes())
+        assert not codes[:, cols:].any()  # padding is the code of 0
+
+
+def test_resident_weight_bytes(ocl, rng):
+    w = ocl.load_ternary(ternary(rng, 10, 2560))
+    assert w.shape == (10, 2560)
+    assert w.nbytes == 10 * 2560 // 4 + 10 * 4  # 2 bits a weight plus the scales
+
+
+@pytest.fixture(scope="module")
+def ocl_no_fp64(ocl):
+    """A second provider on the same device built without float64 (as on Intel Arc)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BITNET_OPENCL_DISABLE", "fp64,correctly_rounded_div")
+    p = OpenCLProvider(device=ocl.device_info.address)
+    p.probe(explicit=True)
+    p.synchronize()
+    mp.undo()
+    assert not p.runtime.features.fp64
+    return p
+
+
+def test_float32_build_quantize_act(ocl_no_fp64, ref, rng):
+    x = acts(rng, 9, 517)
+    xq, xs = ocl_no_fp64.quantize_act(ocl_no_fp64.to_device(x))
+    rq, rs = ref.quantize_act(x)
+    np.testing.assert_array_equal(ocl_no_fp64.to_host(xs), rs)  # the fma-corrected division
+    np.testing.assert_array_equal(ocl_no_fp64.to_host(xq), rq)
+
+
+@pytest.mark.parametrize("t", [1, 20])
+def test_float32_build_matmul_and_norm(ocl_no_fp64, ref, rng, t):
+    got, want = _i2s(ocl_no_fp64, ref, rng, t, 21, 300)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    x, w = acts(rng, t, 300), acts(rng, 300, scale=1.0)
+    got = ocl_no_fp64.to_host(ocl_no_fp64.rmsnorm(ocl_no_fp64.to_device(x), w, 1e-5))
+    np.testing.assert_allclose(got, ref.rmsnorm(x, w, 1e-5), rtol=2e-5, atol=1e-6)
+
+
+def test_attention_long_context(ocl, ref, rng):
+    """More keys than one work-group's chunk: the online softmax across chunks."""
+    cap, start, t = 300, 290, 3
+    kc, vc = acts(rng, cap, 2, 24), acts(rng, cap, 2, 24)
+    q = acts(rng, t, 4, 24, scale=0.3)
+    got = ocl.to_host(ocl.attention(ocl.to_device(q), ocl.to_device(kc), ocl.to_device(vc), start))
+    np.testing.assert_allclose(got, ref.attention(q, kc, vc, start), rtol=1e-4, atol=2e-5)

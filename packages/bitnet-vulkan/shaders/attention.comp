@@ -1,0 +1,71 @@
+#version 450
+// Causal grouped-query attention over a KV cache [S, Hkv, D]: query t (head h) sits
+// at position start + t and sees cache rows 0 .. start + t. One workgroup per (t, h):
+// scores of WG positions at a time into shared memory, online softmax, thread i owns
+// output dims i, i + WG, ... (D <= MAX_SLOTS * WG).
+layout(local_size_x_id = 0) in;
+#define MAX_SLOTS 4
+
+layout(std430, binding = 0) readonly buffer Q { float q[]; };
+layout(std430, binding = 1) readonly buffer K { float kc[]; };
+layout(std430, binding = 2) readonly buffer V { float vc[]; };
+layout(std430, binding = 3) writeonly buffer O { float o[]; };
+layout(push_constant) uniform P {
+    uint tokens; uint q_heads; uint kv_heads; uint dim; uint start; float scale;
+} p;
+
+shared float sc[gl_WorkGroupSize.x];
+shared float red[gl_WorkGroupSize.x];
+
+void main() {
+    uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
+    uint group = p.q_heads / p.kv_heads;
+    for (uint job = gl_WorkGroupID.x; job < p.tokens * p.q_heads; job += gl_NumWorkGroups.x) {
+        uint t = job / p.q_heads, h = job % p.q_heads, kvh = h / group;
+        uint qbase = (t * p.q_heads + h) * p.dim;
+        uint n = p.start + t + 1u;
+        uint kv_stride = p.kv_heads * p.dim;
+        float m = -1.0 / 0.0, l = 0.0;
+        float acc[MAX_SLOTS];
+        for (uint j = 0u; j < MAX_SLOTS; j++) acc[j] = 0.0;
+        for (uint base = 0u; base < n; base += wg) {
+            uint s = base + lid;
+            float score = -1.0 / 0.0;
+            if (s < n) {
+                uint kb = s * kv_stride + kvh * p.dim;
+                float d = 0.0;
+                for (uint i = 0u; i < p.dim; i++) d += q[qbase + i] * kc[kb + i];
+                score = d * p.scale;
+            }
+            red[lid] = score;
+            barrier();
+            for (uint r = wg / 2; r > 0; r >>= 1) {
+                if (lid < r) red[lid] = max(red[lid], red[lid + r]);
+                barrier();
+            }
+            float m_new = max(m, red[0]);
+            sc[lid] = s < n ? exp(score - m_new) : 0.0;
+            barrier();
+            float corr = exp(m - m_new);  // 0 on the first chunk (m = -inf)
+            uint cnt = min(wg, n - base);
+            float psum = 0.0;
+            for (uint j = 0u; j < cnt; j++) psum += sc[j];
+            l = l * corr + psum;
+            for (uint slot = 0u; slot < MAX_SLOTS; slot++) {
+                uint d = lid + slot * wg;
+                if (d < p.dim) {
+                    float a = acc[slot] * corr;
+                    uint vb = base * kv_stride + kvh * p.dim + d;
+                    for (uint j = 0u; j < cnt; j++) a += sc[j] * vc[vb + j * kv_stride];
+                    acc[slot] = a;
+                }
+            }
+            m = m_new;
+            barrier();
+        }
+        for (uint slot = 0u; slot < MAX_SLOTS; slot++) {
+            uint d = lid + slot * wg;
+            if (d < p.dim) o[qbase + d] = acc[slot] / l;
+        }
+    }
+}

@@ -1,0 +1,71 @@
+#version 450
+// y[t, n] = (sum_k xq[t, k] * codes[n, k]) * scales[n] / xs[t], exact int32 accumulation.
+// Weights: canonical I2 packing as uint words, 16 columns a word (code = value + 1,
+// column 16w + 4j + i in bits 8j + 2i), `w_words` words a row. Activations: int8,
+// four a word, 4 * w_words words a row, zero padded. LX threads share a row,
+// ROWS rows a workgroup; USE_INT_DOT selects SPV_KHR_integer_dot_product.
+#extension GL_EXT_spirv_intrinsics : enable
+layout(local_size_x_id = 0, local_size_y_id = 1) in;
+
+layout(std430, binding = 0) readonly buffer XQ { uint xq[]; };
+layout(std430, binding = 1) readonly buffer XS { float xs[]; };
+layout(std430, binding = 2) readonly buffer W { uint w[]; };
+layout(std430, binding = 3) readonly buffer S { float scales[]; };
+layout(std430, binding = 4) writeonly buffer Y { float y[]; };
+layout(push_constant) uniform P { uint n_rows; uint tokens; uint w_words; } p;
+
+#ifdef USE_INT_DOT
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
+int sdot4x8(int a, int b, spirv_literal int packed_format);
+
+int dot16(uint wword, uint xbase) {
+    int acc = 0;
+    for (uint j = 0u; j < 4u; j++) {
+        uint b = (wword >> (8u * j)) & 0xFFu;
+        // four 2-bit codes -> four bytes 0..2 -> four signed bytes -1..1 (no borrows)
+        uint c = (b & 3u) | ((b & 0xCu) << 6) | ((b & 0x30u) << 12) | ((b & 0xC0u) << 18);
+        uint s = ((c | 0x80808080u) - 0x01010101u) ^ 0x80808080u;
+        acc += sdot4x8(int(xq[xbase + j]), int(s), 0);
+    }
+    return acc;
+}
+#else
+int dot16(uint wword, uint xbase) {
+    int acc = 0;
+    for (uint j = 0u; j < 4u; j++) {
+        int a = int(xq[xbase + j]);
+        for (uint i = 0u; i < 4u; i++) {
+            int code = int((wword >> (8u * j + 2u * i)) & 3u) - 1;
+            acc += bitfieldExtract(a, int(8u * i), 8) * code;
+        }
+    }
+    return acc;
+}
+#endif
+
+shared int red[gl_WorkGroupSize.y][gl_WorkGroupSize.x];
+
+void main() {
+    uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y;
+    uint x_words = 4u * p.w_words;
+    for (uint t = gl_WorkGroupID.y; t < p.tokens; t += gl_NumWorkGroups.y) {
+        for (uint n0 = gl_WorkGroupID.x * gl_WorkGroupSize.y; n0 < p.n_rows;
+             n0 += gl_NumWorkGroups.x * gl_WorkGroupSize.y) {
+            uint n = n0 + ly;
+            int acc = 0;
+            if (n < p.n_rows) {
+                for (uint k = lx; k < p.w_words; k += gl_WorkGroupSize.x)
+                    acc += dot16(w[n * p.w_words + k], t * x_words + 4u * k);
+            }
+            red[ly][lx] = acc;
+            barrier();
+            for (uint s = gl_WorkGroupSize.x / 2; s > 0; s >>= 1) {
+                if (lx < s) red[ly][lx] += red[ly][lx + s];
+                barrier();
+            }
+            if (lx == 0u && n < p.n_rows)
+                y[t * p.n_rows + n] = float(red[ly][0]) * scales[n] / xs[t];
+            barrier();
+        }
+    }
+}

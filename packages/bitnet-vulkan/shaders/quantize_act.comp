@@ -1,0 +1,76 @@
+#version 450
+// Per-row absmax int8 quantization (BitNet b1.58 activations).
+// s[t] = 127 / max(max|x[t]|, 1e-5) (correctly rounded, as numpy's float32 division),
+// xq[t, k] = clamp(roundEven(x[t, k] * s[t]), -128, 127), four int8 a uint word,
+// rows padded with zeros to `xq_words` words (a multiple of 4: 16 columns).
+// One workgroup per row.
+layout(local_size_x_id = 0) in;
+
+layout(std430, binding = 0) readonly buffer X { float x[]; };
+layout(std430, binding = 1) writeonly buffer XQ { uint xq[]; };
+layout(std430, binding = 2) writeonly buffer XS { float xs[]; };
+layout(push_constant) uniform P { uint rows; uint cols; uint xq_words; } p;
+
+shared float red[gl_WorkGroupSize.x];
+
+// Vulkan lets `/` be off by 2.5 ulp, but + - * are correctly rounded: take the quotient,
+// then among it and its two neighbours the one with the smallest exact residual
+// n - q * d (Dekker's error-free product), which is numpy's correctly rounded n / d.
+float residual(float n, float d, float q) {
+    precise float p = q * d;
+    precise float cq = 4097.0 * q;
+    precise float qh = cq - (cq - q);
+    precise float ql = q - qh;
+    precise float cd = 4097.0 * d;
+    precise float dh = cd - (cd - d);
+    precise float dl = d - dh;
+    precise float err = ((qh * dh - p) + qh * dl + ql * dh) + ql * dl;
+    precise float r = (n - p) - err;
+    return r;
+}
+
+float correctly_rounded_quotient(float n, float d) {
+    float q = n / d;
+    if (d > 1e30 || q <= 0.0) return q;  // no splitting near overflow; these never arise here
+    float best = q;
+    float best_r = abs(residual(n, d, q));
+    float up = uintBitsToFloat(floatBitsToUint(q) + 1u);
+    float down = uintBitsToFloat(floatBitsToUint(q) - 1u);
+    float r_up = abs(residual(n, d, up));
+    float r_down = abs(residual(n, d, down));
+    if (r_up < best_r) { best = up; best_r = r_up; }
+    if (r_down < best_r) { best = down; }
+    return best;
+}
+
+void main() {
+    uint lid = gl_LocalInvocationID.x;
+    for (uint t = gl_WorkGroupID.x; t < p.rows; t += gl_NumWorkGroups.x) {
+        uint base = t * p.cols;
+        float m = 0.0;
+        for (uint k = lid; k < p.cols; k += gl_WorkGroupSize.x) m = max(m, abs(x[base + k]));
+        red[lid] = m;
+        barrier();
+        for (uint s = gl_WorkGroupSize.x / 2; s > 0; s >>= 1) {
+            if (lid < s) red[lid] = max(red[lid], red[lid + s]);
+            barrier();
+        }
+        float amax = max(red[0], 1e-5);
+        barrier();
+        float q = correctly_rounded_quotient(127.0, amax);
+        if (lid == 0) xs[t] = q;
+        for (uint w = lid; w < p.xq_words; w += gl_WorkGroupSize.x) {
+            uint word = 0u;
+            for (uint i = 0u; i < 4u; i++) {
+                uint k = 4u * w + i;
+                if (k < p.cols) {
+                    precise float v = x[base + k] * q;
+                    int c = int(clamp(roundEven(v), -128.0, 127.0));
+                    word |= (uint(c) & 0xFFu) << (8u * i);
+                }
+            }
+            xq[t * p.xq_words + w] = word;
+        }
+        barrier();
+    }
+}

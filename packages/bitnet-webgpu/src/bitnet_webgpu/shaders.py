@@ -1,0 +1,63 @@
+"""The WGSL shaders shipped with bitnet-webgpu, and their tiny preprocessor.
+
+Importable without bitnet-core, so the build-time shader check can use it.
+
+WGSL has no preprocessor; our shaders use ``#ifdef NAME`` / ``#else`` /
+``#endif`` lines for the one choice that matters (``DOT4``: use
+``dot4I8Packed``, else plain integer math), resolved here before compiling.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+SHADER_DIR = Path(__file__).parent / "shaders"
+
+SHADER_NAMES = (
+    "quantize_act",
+    "matmul_i2s",
+    "rmsnorm",
+    "rope",
+    "attention",
+    "elementwise",
+    "embedding",
+    "matmul_dense",
+)
+
+
+@cache
+def shader_source(name: str) -> str:
+    """The raw text of ``shaders/<name>.wgsl``."""
+    try:
+        return (SHADER_DIR / f"{name}.wgsl").read_text()
+    except FileNotFoundError as exc:
+        from bitnet_core.errors import ProviderError
+
+        raise ProviderError(
+            f"bitnet-webgpu: shader {name}.wgsl is missing from the install"
+        ) from exc
+
+
+def preprocess(source: str, defines: frozenset[str] = frozenset()) -> str:
+    """Resolve ``#ifdef``/``#else``/``#endif`` lines (no nesting needed, none allowed)."""
+    out: list[str] = []
+    active: bool | None = None  # None: outside a conditional
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#ifdef "):
+            if active is not None:
+                raise ValueError("nested #ifdef in a WGSL shader")
+            active = stripped.split()[1] in defines
+        elif stripped == "#else":
+            active = not active
+        elif stripped == "#endif":
+            active = None
+        elif active is None or active:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def variants(name: str) -> list[frozenset[str]]:
+    """Every define set a shader is compiled with (for the build-time check)."""
+    return [frozenset(), frozenset({"DOT4"})] if "#ifdef" in shader_source(name) else [frozenset()]

@@ -1,0 +1,22 @@
+// Rows of a table by token id. F16 tables are stored as u32 pairs (unpack2x16float);
+// kw = u32 words per table row.
+struct Params { t: u32, d: u32, kw: u32, f16: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> table: array<u32>;
+@group(0) @binding(2) var<storage, read> ids: array<i32>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let idx = gid.x;
+    if (idx >= p.t * p.d) { return; }
+    let t = idx / p.d;
+    let e = idx % p.d;
+    let row = u32(ids[t]) * p.kw;
+    if (p.f16 == 1u) {
+        let pair = unpack2x16float(table[row + e / 2u]);
+        y[idx] = select(pair.x, pair.y, (e % 2u) == 1u);
+    } else {
+        y[idx] = bitcast<f32>(table[row + e]);
+    }
+}

@@ -1,0 +1,66 @@
+// Ternary x int8 matmul: y[t, n] = (sum_k xq[t,k] * w[n,k]) * wscale[n] / xscale[t].
+// Weights: 16 codes (value+1 in 0..2) per u32; code of column 16*w + 4*j + i
+// sits at bits 8*i + 2*j, so (word >> 2j) & 0x03030303 lines up with the
+// activation word j (four int8). dot(x, code) - sum(x) = dot(x, code - 1).
+// One workgroup per output row n (x + z * gx) and tile of TT tokens; threads split the row.
+struct Params { n: u32, kw16: u32, t: u32, xkw: u32, gx: u32, p0: u32, p1: u32, p2: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> wscale: array<f32>;
+@group(0) @binding(3) var<storage, read> xq: array<u32>;
+@group(0) @binding(4) var<storage, read> xscale: array<f32>;
+@group(0) @binding(5) var<storage, read> xsum: array<i32>;
+@group(0) @binding(6) var<storage, read_write> y: array<f32>;
+
+const WG: u32 = 64u;
+const TT: u32 = 4u;
+var<workgroup> red: array<i32, 256>;  // WG * TT
+
+fn dot4(a: u32, b: u32) -> i32 {
+#ifdef DOT4
+    return dot4I8Packed(a, b);
+#else
+    var s = 0;
+    for (var i = 0u; i < 4u; i++) {
+        let av = extractBits(i32(a), 8u * i, 8u);
+        let bv = i32((b >> (8u * i)) & 0xffu);
+        s += av * bv;
+    }
+    return s;
+#endif
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let n = wg.x + wg.z * p.gx;
+    if (n >= p.n) { return; }
+    let t0 = wg.y * TT;
+    var acc = array<i32, 4>(0, 0, 0, 0);
+    for (var wi = tid; wi < p.kw16; wi += WG) {
+        let word = w[n * p.kw16 + wi];
+        for (var j = 0u; j < 4u; j++) {
+            let wb = (word >> (2u * j)) & 0x03030303u;
+            for (var tt = 0u; tt < TT; tt++) {
+                let t = t0 + tt;
+                if (t < p.t) {
+                    acc[tt] += dot4(xq[t * p.xkw + wi * 4u + j], wb);
+                }
+            }
+        }
+    }
+    for (var tt = 0u; tt < TT; tt++) { red[tt * WG + tid] = acc[tt]; }
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (tid < s) {
+            for (var tt = 0u; tt < TT; tt++) { red[tt * WG + tid] += red[tt * WG + tid + s]; }
+        }
+        workgroupBarrier();
+    }
+    if (tid < TT) {
+        let t = t0 + tid;
+        if (t < p.t) {
+            let dotv = red[tid * WG] - xsum[t];
+            y[t * p.n + n] = f32(dotv) * wscale[n] / xscale[t];
+        }
+    }
+}

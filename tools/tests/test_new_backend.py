@@ -1,0 +1,117 @@
+"""tools/new-backend: renaming, refusing to overwrite, and (lane ``template``) a real build."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL = ROOT / "tools" / "new-backend"
+
+
+def run_tool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(TOOL), *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_rename_keeps_keyword_and_origin(new_backend):
+    text = (
+        'template <typename T>\nname = "template"\nclass TemplateProvider: ...\n'
+        "import bitnet_template\nbitnet-template from templates/bitnet-backend-template\n"
+        "BITNET_TEMPLATE_X templated"
+    )
+    out = new_backend.rename_text(text, "level-zero")
+    assert out == (
+        'template <typename T>\nname = "level-zero"\nclass LevelZeroProvider: ...\n'
+        "import bitnet_level_zero\nbitnet-level-zero from templates/bitnet-backend-template\n"
+        "BITNET_LEVEL_ZERO_X templated"
+    )
+
+
+def test_generates_a_renamed_package(tmp_path):
+    dest = tmp_path / "bitnet-metal"
+    result = run_tool("metal", "--dest", str(dest))
+    assert result.returncode == 0, result.stderr
+    assert (dest / "src" / "bitnet_metal" / "provider.py").is_file()
+    pyproject = (dest / "pyproject.toml").read_text()
+    assert 'name = "bitnet-metal"' in pyproject
+    assert 'metal = "bitnet_metal.provider:MetalProvider"' in pyproject
+    provider = (dest / "src" / "bitnet_metal" / "provider.py").read_text()
+    assert 'name = "metal"' in provider and "class MetalProvider(" in provider
+    assert 'conformance.suite("metal")' in (dest / "tests" / "test_conformance.py").read_text()
+    leftovers = [
+        str(p.relative_to(dest))
+        for p in dest.rglob("*")
+        if p.is_file()
+        and ("bitnet_template" in p.read_text() or "TemplateProvider" in p.read_text())
+    ]
+    assert not leftovers
+    assert not any("build" in p.parts for p in dest.rglob("*"))
+
+
+def test_refuses_to_overwrite(tmp_path):
+    dest = tmp_path / "bitnet-metal"
+    dest.mkdir()
+    (dest / "mine.txt").write_text("keep me")
+    result = run_tool("metal", "--dest", str(dest))
+    assert result.returncode == 2
+    assert "already exists" in result.stderr
+    assert [p.name for p in dest.iterdir()] == ["mine.txt"]
+    assert (dest / "mine.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("bad", ["Metal", "9gpu", "my_gpu", "a--b", "template", "core", ""])
+def test_rejects_bad_names(tmp_path, bad):
+    result = run_tool(bad, "--dest", str(tmp_path / "x"))
+    assert result.returncode == 2
+    assert "error:" in result.stderr
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.template
+def test_template_builds_installs_and_passes_the_kit(tmp_path):
+    """The template lane: generate, build the wheel, install it with bitnet-core, run the kit."""
+    uv = shutil.which("uv")
+    if uv is None:
+        pytest.skip("uv is not on PATH")
+    dest = tmp_path / "bitnet-tmplcheck"
+    assert run_tool("tmplcheck", "--dest", str(dest)).returncode == 0
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")
+    }
+
+    def sh(*cmd: str, cwd: Path = tmp_path) -> str:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, (
+            f"{' '.join(cmd)}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
+        return proc.stdout
+
+    sh(uv, "build", "--wheel", "--out-dir", str(tmp_path / "dist"), str(dest))
+    (wheel,) = (tmp_path / "dist").glob("bitnet_tmplcheck-*.whl")
+    venv = tmp_path / "venv"
+    sh(uv, "venv", "-q", "-p", sys.executable, str(venv))
+    py = str(venv / "bin" / "python")
+    sh(
+        uv,
+        "pip",
+        "install",
+        "-q",
+        "--python",
+        py,
+        str(wheel),
+        str(ROOT / "packages" / "bitnet-core"),
+        "pytest",
+    )
+    out = sh(py, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider", cwd=dest)
+    assert " passed" in out and "failed" not in out
+    # the kit outside pytest, and the provider listed by the CLI of the installed core
+    out = sh(py, "-m", "bitnet_core.testing", "tmplcheck", "--no-large")
+    assert "0 failed" in out
+    assert "tmplcheck" in sh(str(venv / "bin" / "bitnet"), "devices")
