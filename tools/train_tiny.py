@@ -21,13 +21,22 @@ weights already ternary * absmean scale, float32), ``tokenizer.json``
 (byte-level BPE trained on the same text), ``tokenizer_config.json``, plus
 ``train_log.jsonl`` and ``train_report.json`` (losses, perplexity, samples).
 
-Dev-only dependencies (not in uv.lock)::
+Dev-only dependencies (not in uv.lock; never a CUDA torch on CPU machines)::
 
     uv pip install --find-links /opt/wheels torch==2.13.0 tokenizers safetensors
+    # optional: transformers (the export is loaded in BitNetForCausalLM and
+    # its logits compared with ours, recorded in train_report.json)
 
-Example (the shipped model)::
+The shipped model (bitnet_core/data/demo-shakespeare.gguf, see its MODEL_CARD.md)::
 
-    nice -n 10 uv run --no-sync python tools/train_tiny.py --out out/shakespeare --minutes 40
+    OMP_NUM_THREADS=1 uv run --no-sync python tools/train_tiny.py --out out/shakespeare \
+        --threads 1 --minutes 45 --batch 8 --ffn 512 --lr 3e-3
+    uv run --no-sync bitnet convert out/shakespeare demo-shakespeare.gguf --type tq2_0
+
+Training is bounded by ``--minutes`` (wall clock; the cosine schedule follows
+the elapsed fraction), so the step count depends on the machine's speed;
+``--max-steps N`` bounds it by steps as well. ``--report-only`` re-evaluates an
+exported checkpoint (validation loss/perplexity with the deployed math, samples).
 """
 
 from __future__ import annotations
@@ -159,7 +168,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
 class TinyConfig:
     vocab_size: int
     hidden_size: int = 256
-    intermediate_size: int = 768
+    intermediate_size: int = 512
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
     num_key_value_heads: int = 2
@@ -471,12 +480,12 @@ def parse_args(argv: list[str] | None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--ffn", type=int, default=768)
+    ap.add_argument("--ffn", type=int, default=512)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--kv-heads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=256)
-    ap.add_argument("--batch", type=int, default=12)
+    ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--min-lr-ratio", type=float, default=0.05)
     ap.add_argument("--warmup", type=int, default=100)
