@@ -618,7 +618,12 @@ def train(args, data: Corpus, log) -> dict:
         step += 1
         tokens_seen += targets.numel()
         if step % 10 == 0:
-            log(event="train", step=step, loss=round(float(loss.detach()), 4), lr=opt.param_groups[0]["lr"])
+            log(
+                event="train",
+                step=step,
+                loss=round(float(loss.detach()), 4),
+                lr=opt.param_groups[0]["lr"],
+            )
         if step % args.eval_every == 0:
             log(event="val", step=step, val_loss=round(evaluate(model, fixed_val), 4))
         if time.time() - last_export > args.export_every_min * 60:
