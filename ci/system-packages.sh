@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Debian packages the test lanes need: OpenCL on the CPU (PoCL), Vulkan on the
-# CPU (Mesa lavapipe), shader tools. Skipped (with a note) where apt is not usable.
+# Debian packages the CI lanes need (the union of `system` in ci/lanes.toml for
+# the lanes ci/test.sh runs): OpenCL on the CPU (PoCL), Vulkan on the CPU (Mesa
+# lavapipe), shader tools. Skipped (with a note) where apt is not usable.
 set -euo pipefail
-PKGS=(
-  pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo
-  mesa-vulkan-drivers libvulkan1 vulkan-tools glslang-tools spirv-tools
-)
+cd "$(dirname "$0")/.."
+if ! PKGS_LINE="$(python3 ci/matrix.py system-packages --ci 2>/dev/null)"; then
+  # python3 without tomllib (3.10 without tomli): the same list, by hand
+  PKGS_LINE="pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo mesa-vulkan-drivers libvulkan1 vulkan-tools glslang-tools spirv-tools"
+fi
+read -r -a PKGS <<<"$PKGS_LINE"
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -115,3 +115,22 @@ def test_template_builds_installs_and_passes_the_kit(tmp_path):
     out = sh(py, "-m", "bitnet_core.testing", "tmplcheck", "--no-large")
     assert "0 failed" in out
     assert "tmplcheck" in sh(str(venv / "bin" / "bitnet"), "devices")
+
+
+def test_register_adds_the_package_to_the_workspace(new_backend, tmp_path):
+    (tmp_path / "packages" / "bitnet").mkdir(parents=True)
+    for rel in ("pyproject.toml", "packages/bitnet/pyproject.toml"):
+        (tmp_path / rel).write_text((ROOT / rel).read_text())
+    new_backend.register(tmp_path, "metal")
+    new_backend.register(tmp_path, "metal")  # idempotent
+    tomllib = pytest.importorskip("tomllib")
+
+    root = tomllib.loads((tmp_path / "pyproject.toml").read_text())
+    assert root["project"]["dependencies"].count("bitnet-metal") == 1
+    assert root["tool"]["uv"]["sources"]["bitnet-metal"] == {"workspace": True}
+    meta = tomllib.loads((tmp_path / "packages/bitnet/pyproject.toml").read_text())
+    assert meta["project"]["optional-dependencies"]["metal"] == ["bitnet-metal"]
+    # everything that was there is still there
+    before = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert set(before["project"]["dependencies"]) < set(root["project"]["dependencies"])
+    assert set(before["tool"]["uv"]["sources"]) < set(root["tool"]["uv"]["sources"])

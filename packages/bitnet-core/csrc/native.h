@@ -3,6 +3,11 @@
 #pragma once
 #include <pybind11/pybind11.h>
 
+#include <map>
+#include <string>
+
 namespace bitnet {
 void register_cpu_features(pybind11::module_ &m);
+void register_ops(pybind11::module_ &m);
+std::map<std::string, bool> cpu_features();
 }  // namespace bitnet

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +16,11 @@ torch = pytest.importorskip("torch", reason="torch is not installed (bash ci/pyt
 pytest.importorskip("transformers", reason="transformers is not installed")
 gguf_mod = pytest.importorskip("bitnet_core.gguf", reason="bitnet_core.gguf is not on this branch")
 
-from bitnet_core.convert.hf_random import TERNARY_PROJ, random_hf_checkpoint  # noqa: E402
+from bitnet_core.convert.hf_random import (  # noqa: E402
+    TERNARY_PROJ,
+    pack_bitnet_weight,
+    random_hf_checkpoint,
+)
 from bitnet_core.tokenizer import Tokenizer  # noqa: E402
 
 HF_TO_GGUF = {
@@ -76,10 +81,16 @@ def _check(path, model, *, tied):
     return mf
 
 
+@pytest.fixture(scope="module")
+def silu_ckpt(tmp_path_factory):
+    d = tmp_path_factory.mktemp("hf")
+    return d, random_hf_checkpoint(d, hidden_act="silu", **SHAPE)
+
+
 @pytest.mark.parametrize("ternary_type", ["tq2_0", "tq1_0", "i2_s", "f16", "f32"])
-def test_convert_round_trip(tmp_path, ternary_type):
-    model = random_hf_checkpoint(tmp_path / "hf", hidden_act="silu", **SHAPE)
-    out = convert_checkpoint(tmp_path / "hf", tmp_path / "m.gguf", ternary_type=ternary_type)
+def test_convert_round_trip(tmp_path, silu_ckpt, ternary_type):
+    src, model = silu_ckpt
+    out = convert_checkpoint(src, tmp_path / "m.gguf", ternary_type=ternary_type)
     mf = _check(out, model, tied=True)
     cfg = mf.config
     assert (cfg.hidden_size, cfg.num_layers, cfg.num_kv_heads) == (256, 2, 2)
@@ -89,7 +100,7 @@ def test_convert_round_trip(tmp_path, ternary_type):
     assert tok.vocab_size == cfg.vocab_size == 320
     from tokenizers import Tokenizer as HF
 
-    hf = HF.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    hf = HF.from_file(str(src / "tokenizer.json"))
     for text in ["Hello world", "café 日本語 🤖 123456", "  spaces\n\nnewlines"]:
         assert tok.encode(text) == hf.encode(text).ids
 
@@ -117,17 +128,36 @@ def test_convert_packed_checkpoint(tmp_path):
     _check(out, model, tied=True)
 
 
-def test_unpack_matches_transformers_packing():
-    from transformers.integrations.bitnet import pack_weights
+def _transformers_pack_weights():
+    """transformers' own ``pack_weights``, run from its source: importing its module
+    costs ~30 s here (it sets up torch.compile for the unpacking kernels)."""
+    import ast
+    import importlib.util
 
+    spec = importlib.util.find_spec("transformers.integrations.bitnet")
+    tree = ast.parse(Path(spec.origin).read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "pack_weights")
+    consts = [
+        n for n in tree.body if isinstance(n, ast.Assign) and "VALUES_PER_ITEM" in ast.dump(n)
+    ]
+    scope = {"torch": torch}
+    exec(compile(ast.Module(body=[*consts, fn], type_ignores=[]), spec.origin, "exec"), scope)
+    return scope["pack_weights"]
+
+
+def test_packing_matches_transformers():
+    pack_weights = _transformers_pack_weights()
     rng = np.random.default_rng(1)
     codes = rng.integers(-1, 2, size=(12, 7)).astype(np.int8)
     packed = pack_weights(torch.from_numpy(codes.astype(np.float32))).numpy()
+    np.testing.assert_array_equal(pack_bitnet_weight(codes), packed)
     np.testing.assert_array_equal(unpack_bitnet_weight(packed, 12), codes)
 
 
-def test_cli_convert_and_refusals(tmp_path, capsys):
-    random_hf_checkpoint(tmp_path / "hf", **SHAPE)
+def test_cli_convert_and_refusals(tmp_path, silu_ckpt, capsys):
+    import shutil
+
+    shutil.copytree(silu_ckpt[0], tmp_path / "hf")
     out = tmp_path / "m.gguf"
     assert main(["convert", str(tmp_path / "hf"), str(out), "--no-progress"]) == 0
     before = out.read_bytes()
@@ -152,6 +182,30 @@ def test_cli_convert_and_refusals(tmp_path, capsys):
         assert rc != 0 and message in err and err.count("\n") == 1, err
         assert not (tmp_path / "x.gguf").exists()
     cfg_path.write_text(json.dumps(cfg))
+
+
+def test_1bitllm_names(tmp_path, silu_ckpt):
+    """1bitLLM's bitnet_b1_58 layout: model_type llama, BitnetForCausalLM, other sub-norm names."""
+    from safetensors.numpy import load_file, save_file
+
+    src, model = silu_ckpt
+    d = tmp_path / "hf"
+    d.mkdir()
+    for f in src.iterdir():
+        if f.suffix == ".safetensors":
+            renamed = {
+                k.replace("self_attn.attn_sub_norm", "self_attn.inner_attn_ln").replace(
+                    "mlp.ffn_sub_norm", "mlp.ffn_layernorm"
+                ): v
+                for k, v in load_file(str(f)).items()
+            }
+            save_file(renamed, str(d / f.name))
+        else:
+            (d / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.update(model_type="llama", architectures=["BitnetForCausalLM"])
+    (d / "config.json").write_text(json.dumps(cfg))
+    _check(convert_checkpoint(d, tmp_path / "m.gguf"), model, tied=True)
 
 
 def test_tq_types_need_256_multiples(tmp_path):

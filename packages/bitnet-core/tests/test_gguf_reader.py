@@ -255,3 +255,41 @@ def test_dense_dequantizes_other_gguf_types(tmp_path):
     )
     with pytest.raises(ModelFileError, match="no tensor 'nope'"):
         f.tensor_info("nope")
+
+
+@pytest.mark.parametrize(
+    "qtype", [gguf.GGMLQuantizationType.TQ2_0, gguf.GGMLQuantizationType.TQ1_0]
+)
+def test_reads_a_file_written_by_gguf_py_itself(tmp_path, tensors, qtype):
+    """A file made the llama.cpp way (gguf-py's writer and quantizer), not by write_gguf."""
+    path = tmp_path / "ref.gguf"
+    w = gguf.GGUFWriter(path, "bitnet")
+    w.add_context_length(TINY.context_length)
+    w.add_embedding_length(TINY.hidden_size)
+    w.add_block_count(TINY.num_layers)
+    w.add_feed_forward_length(TINY.intermediate_size)
+    w.add_head_count(TINY.num_heads)
+    w.add_head_count_kv(TINY.num_kv_heads)
+    w.add_rope_freq_base(TINY.rope_theta)
+    w.add_layer_norm_rms_eps(TINY.rms_norm_eps)
+    w.add_vocab_size(TINY.vocab_size)
+    want = {}
+    ternary = set(ternary_tensor_names(TINY))
+    for name, x in tensors.items():
+        if name in ternary:  # llama.cpp's converter: round(W / mean|W|).clamp(-1, 1) * mean|W|
+            s = np.abs(x).mean()
+            q = (np.clip(np.round(x / s), -1, 1) * s).astype(np.float32)
+            want[name] = q
+            w.add_tensor(name, gguf.quants.quantize(q, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, x.astype(np.float16 if x.ndim == 2 else np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    m = open_model_file(path)
+    assert m.config == TINY
+    for name, q in want.items():
+        np.testing.assert_array_equal(
+            m.ternary(name).dense(), gguf.quants.dequantize(gguf.quants.quantize(q, qtype), qtype)
+        )

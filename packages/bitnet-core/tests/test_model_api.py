@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -18,7 +20,6 @@ from bitnet_core.errors import (
 from bitnet_core.hal import REGISTRY
 from bitnet_core.model import Model, random_weights
 from bitnet_core.model.api import resolve_model_path
-from bitnet_core.model.random import BYTE_CHAT_TEMPLATE
 from bitnet_core.model.receipt import read_receipt, validate, write_receipt
 
 CFG = BitNetConfig(
@@ -36,10 +37,9 @@ class ByteTokenizer:
     """Bytes as ids 0-255, BOS 256, EOS 257 (stands in for the GGUF tokenizer in these tests)."""
 
     bos_id, eos_id, vocab_size = 256, 257, 260
-    chat_template = BYTE_CHAT_TEMPLATE
 
-    def encode(self, text: str, add_bos: bool = True) -> list[int]:
-        return ([self.bos_id] if add_bos else []) + list(text.encode("utf-8"))
+    def encode(self, text: str, add_bos: bool | None = None) -> list[int]:
+        return ([self.bos_id] if add_bos is not False else []) + list(text.encode("utf-8"))
 
     def decode(self, ids) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
@@ -80,11 +80,6 @@ def test_logits_shape_and_prefix_consistency(model):
     np.testing.assert_allclose(a[:2], b, rtol=1e-5, atol=1e-5)
 
 
-def test_chat_prompt_uses_the_template(model):
-    prompt = model.chat_prompt([{"role": "user", "content": "yo"}])
-    assert prompt == "<|user|>yo\n<|assistant|>"
-
-
 def test_no_tokenizer_is_a_clear_error():
     m = Model.from_weights(random_weights(CFG, seed=1), "cpu-reference")
     assert m.tokenizer is None
@@ -118,6 +113,9 @@ def test_receipt_roundtrip_and_validation(model, tmp_path):
     assert r["startup"]["line"].startswith("requested=cpu-reference")
     path = tmp_path / "r.json"
     write_receipt(path, r)
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask  # not mkstemp's 0600
     assert read_receipt(path) == json.loads(path.read_text())
     for broken in (
         {k: v for k, v in r.items() if k != "throughput"},
@@ -144,3 +142,19 @@ def test_fake_device_receipt_rejected_in_strict_mode(monkeypatch, clean_registry
     with pytest.raises(StrictModeError) as info:
         validate(r, strict=True)
     assert info.value.exit_code == 8
+
+
+def test_session_reuses_the_cached_prefix(model):
+    sess = model.session()
+    first = model.generate_ids("Hello", max_tokens=5, temperature=0, session=sess)
+    assert model.last_stats.cached_tokens == 0
+    turn2 = model.encode("Hello") + first + list(b" more")
+    again = model.generate_ids(turn2, max_tokens=5, temperature=0, session=sess)
+    # everything but the last sampled token (never forwarded) came from the cache
+    assert model.last_stats.cached_tokens == len(model.encode("Hello")) + len(first) - 1
+    assert again == model.generate_ids(turn2, max_tokens=5, temperature=0)  # same as fresh
+    diverged = model.encode("Help") + [1, 2]
+    x = model.generate_ids(diverged, max_tokens=3, temperature=0, session=sess)
+    assert model.last_stats.cached_tokens == 4  # <bos> H e l
+    assert x == model.generate_ids(diverged, max_tokens=3, temperature=0)
+    sess.close()

@@ -143,6 +143,16 @@ def test_prefill_then_decode_equals_all_at_once(weights, split):
         np.testing.assert_allclose(backend.forward(ids, seq), full[-1], rtol=1e-5, atol=1e-5)
 
 
+def test_chunked_prefill_equals_one_batch(weights):
+    ids = np.random.default_rng(4).integers(0, weights.config.vocab_size, 23)
+    one = GenericBackend(ReferenceProvider(), weights).logits(ids)
+    chunked = GenericBackend(ReferenceProvider(), weights, max_batch=5)
+    np.testing.assert_allclose(chunked.logits(ids), one, rtol=1e-5, atol=1e-5)
+    with chunked.new_cache() as seq:
+        np.testing.assert_allclose(chunked.forward(ids, seq), one[-1], rtol=1e-5, atol=1e-5)
+        assert seq.length == 23
+
+
 def test_activations_differ():
     a = random_weights(tiny(), seed=3)
     b = random_weights(tiny(ffn_activation="relu2"), seed=3)
@@ -246,3 +256,29 @@ def test_model_generation_is_seeded_and_stops_at_the_context():
     assert model.last_stats.finish_reason == "context"
     with pytest.raises(ContextLengthError):
         model.generate_ids(list(range(1, 70)), max_tokens=1)
+
+
+class NoReshapeBoxProvider(BoxProvider):
+    reshape = None  # neither the provider nor its arrays can reshape
+
+
+def test_provider_without_reshape_still_runs_through_the_host(caplog):
+    w = random_weights(tiny(), seed=5)
+    ids = np.arange(1, 9)
+    got = GenericBackend(NoReshapeBoxProvider(), w).logits(ids)
+    np.testing.assert_array_equal(got, GenericBackend(ReferenceProvider(), w).logits(ids))
+    assert sum("implement KernelProvider.reshape" in r.message for r in caplog.records) == 1
+
+
+def test_concurrent_generations_match_sequential_ones():
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = Model.from_weights(random_weights(tiny(), seed=4), "cpu-reference")
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10]]
+    sequential = [model.generate_ids(p, max_tokens=8, temperature=0) for p in prompts]
+    with ThreadPoolExecutor(4) as pool:
+        parallel = list(
+            pool.map(lambda p: model.generate_ids(p, max_tokens=8, temperature=0), prompts)
+        )
+    assert parallel == sequential
+    assert model.backend.kv.stats()["sequences"] == 0

@@ -123,7 +123,7 @@ def test_broken_plugin_is_unavailable_with_reason(installed_plugin):
 
 def test_specific_unavailable_request_names_reason(installed_plugin):
     with pytest.raises(DeviceUnavailableError, match="no Vulkan device with a compute queue"):
-        select("vulkan")
+        select("testvk")
 
 
 def test_missing_family_is_clear_error(clean_registry):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bitnet_core.errors import ConfigError
@@ -127,7 +127,8 @@ def test_nan_logits():
 stop_words = st.lists(st.text("ab\n", min_size=1, max_size=3), max_size=3)
 
 
-@settings(max_examples=200)
+@settings(max_examples=400)
+@example(text="\naa", stops=["a", "\naa"], cuts=[2])  # an earlier stop string still pending
 @given(st.text("abc\n", max_size=30), stop_words, st.lists(st.integers(0, 30), max_size=6))
 def test_stop_matcher_equals_cutting_the_whole_text(text, stops, cuts):
     bounds = sorted({0, len(text), *(c for c in cuts if c <= len(text))})

@@ -112,6 +112,23 @@ def test_sentencepiece_model(sp_dir):
         assert ours.decode(sp.encode(text)) == sp.decode(sp.encode(text)), text
 
 
+def test_sentencepiece_added_tokens_and_padding(sp_dir, tmp_path):
+    import shutil
+
+    d = tmp_path / "sp"
+    shutil.copytree(sp_dir, d)
+    (d / "tokenizer_config.json").write_text(
+        json.dumps({"added_tokens_decoder": {"700": {"content": "<pad>", "special": True}}})
+    )
+    meta = tokenizer_metadata_from_hf(d, vocab_size=704)
+    tokens, types = meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.token_type"]
+    assert len(tokens) == 704 and tokens[700] == "<pad>" and types[700] == 3
+    assert tokens[703] == "[PAD703]" and types[703] == 5
+    ours = BitnetTokenizer.from_metadata(meta)
+    assert 700 in ours.encode("a<pad>b", add_bos=False, special=True)
+    assert 700 not in ours.encode("a<pad>b", add_bos=False)
+
+
 def test_sentencepiece_ids_equal_llama_cpp(sp_dir, tmp_path):
     llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     meta = tokenizer_metadata_from_hf(sp_dir)
@@ -150,3 +167,60 @@ def test_unreproducible_tokenizer_refused(tmp_path):
     hf.save(str(tmp_path / "tokenizer.json"))
     with pytest.raises(TokenizerError, match="not supported"):
         tokenizer_metadata_from_hf(tmp_path)
+
+
+def _hf_llama_style() -> Tokenizer:
+    """A LLaMA-2 style tokenizer.json: BPE with byte fallback over ``▁`` pieces."""
+    from tokenizers import normalizers, trainers
+
+    trainer_tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    trainer_tok.normalizer = normalizers.Sequence(
+        [normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]
+    )
+    trainer_tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="never")
+    trainer_tok.train_from_iterator(
+        CORPUS, trainers.BpeTrainer(vocab_size=500, special_tokens=["<unk>"], show_progress=False)
+    )
+    trained = json.loads(trainer_tok.to_str())["model"]
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    vocab.update({f"<0x{b:02X}>": 3 + b for b in range(256)})
+    for piece, _ in sorted(trained["vocab"].items(), key=lambda kv: kv[1]):
+        vocab.setdefault(piece, len(vocab))
+    merges = [
+        tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in trained["merges"]
+    ]
+    tok = Tokenizer(
+        models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True)
+    )
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence(
+        [
+            decoders.Replace("▁", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
+    )
+    tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+    return tok
+
+
+def test_llama_style_tokenizer_json(tmp_path):
+    hf = _hf_llama_style()
+    hf.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True})
+    )
+    meta = tokenizer_metadata_from_hf(tmp_path)
+    assert meta["tokenizer.ggml.model"] == "llama"
+    assert meta["tokenizer.ggml.add_space_prefix"] is True
+    ours = BitnetTokenizer.from_metadata(meta)
+    assert (ours.bos_id, ours.eos_id) == (1, 2)
+    for text in TEST_STRINGS:
+        assert ours.encode(text, add_bos=False, special=True) == hf.encode(text).ids, text
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    ref = llama_cpp.Llama(
+        str(write_vocab_gguf(tmp_path / "v.gguf", meta)), vocab_only=True, verbose=False
+    )
+    for text in TEST_STRINGS:
+        assert ref.tokenize(text.encode(), add_bos=True) == ours.encode(text), text

@@ -36,7 +36,7 @@ def test_empty_is_zero_and_reshape_is_a_view(ocl):
     np.testing.assert_array_equal(ocl.to_host(z), np.zeros((3, 4, 5), np.float32))
     assert ocl.to_host(ocl.empty((0, 4))).shape == (0, 4)
     v = ocl.to_device(np.arange(12, dtype=np.float32))
-    m = v.reshape(3, -1)
+    m = ocl.reshape(v, (3, -1))
     assert m.shape == (3, 4) and m.buffer is v.buffer
     np.testing.assert_array_equal(ocl.to_host(m), np.arange(12, dtype=np.float32).reshape(3, 4))
     with pytest.raises(ShapeError):

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from ocl_helpers import acts, ternary
 
-from bitnet_core.hal.weights import unpack_i2
 from bitnet_opencl import OpenCLProvider
+from bitnet_opencl.program import Features
 from bitnet_opencl.provider import GEMV_MAX_TOKENS
-from bitnet_opencl.weights import pack_blocks, padded_cols
+from bitnet_opencl.runtime import Runtime
+from bitnet_opencl.weights import pack_blocks, padded_cols, unpack_blocks
 
 
 def _i2s(p, ref, rng, t, n, k):
@@ -50,9 +54,20 @@ def test_packed_layout_round_trips(rng):
         w = ternary(rng, 3, cols)
         packed = pack_blocks(w.codes())
         assert packed.shape == (3, padded_cols(cols) // 4) and packed.shape[1] % 16 == 0
-        codes = unpack_i2(packed, padded_cols(cols))
+        codes = unpack_blocks(packed, padded_cols(cols))
         np.testing.assert_array_equal(codes[:, :cols], w.codes())
         assert not codes[:, cols:].any()  # padding is the code of 0
+
+
+def test_packed_layout_lines_up_four_columns_a_byte():
+    """(word >> 2i) & 0x03030303 holds columns 4i..4i+3 of the word's 16, in byte order."""
+    codes = np.array([[-1, 0, 1, 1] * 4 + [0] * 48], dtype=np.int8)
+    codes[0, 4:8] = [1, 1, -1, 0]
+    word = int(pack_blocks(codes)[0, :4].view("<u4")[0])
+    for i in range(4):
+        lanes = (word >> (2 * i)) & 0x03030303
+        got = [((lanes >> (8 * j)) & 3) - 1 for j in range(4)]
+        assert got == codes[0, 4 * i : 4 * i + 4].tolist()
 
 
 def test_resident_weight_bytes(ocl, rng):
@@ -96,5 +111,79 @@ def test_attention_long_context(ocl, ref, rng):
     cap, start, t = 300, 290, 3
     kc, vc = acts(rng, cap, 2, 24), acts(rng, cap, 2, 24)
     q = acts(rng, t, 4, 24, scale=0.3)
+    got = ocl.to_host(ocl.attention(ocl.to_device(q), ocl.to_device(kc), ocl.to_device(vc), start))
+    np.testing.assert_allclose(got, ref.attention(q, kc, vc, start), rtol=1e-4, atol=2e-5)
+
+
+def test_linear_reuses_the_quantized_input(ocl, ref, rng, monkeypatch):
+    """q/k/v of one input quantize it once; a new input (or a cache write) quantizes again."""
+    x = ocl.to_device(acts(rng, 2, 96))
+    ws = [ternary(rng, n, 96) for n in (7, 9, 11)]
+    calls = []
+    real = ocl.quantize_act
+    monkeypatch.setattr(ocl, "quantize_act", lambda a: calls.append(1) or real(a))
+    for w in ws:
+        got = ocl.to_host(ocl.linear(x, ocl.load_ternary(w)))
+        want = ref.linear(ocl.to_host(x), ref.load_ternary(w))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    assert len(calls) == 1
+    ocl.linear(ocl.to_device(acts(rng, 2, 96)), ocl.load_ternary(ws[0]))
+    assert len(calls) == 2
+
+
+@pytest.fixture(scope="module")
+def ocl_packed(ocl):
+    """The 4-codes-a-byte decode (the dp4a path of NVIDIA / dot8 devices) with an
+    emulated dot product, so that path runs here too."""
+    p = OpenCLProvider(device=ocl.device_info.address)
+    p.probe(explicit=True)
+    feats = ocl.runtime.features
+    p._rt = Runtime(ocl.runtime.cl, ocl.device_info, Features(fp64=feats.fp64, packed_dot=True))
+    assert "-DUSE_PACKED_DOT=1" in p.runtime.features.options()
+    return p
+
+
+@pytest.mark.parametrize("t,k", [(1, 65), (3, 2560), (20, 200)])
+def test_packed_dot_path(ocl_packed, ref, rng, t, k):
+    got, want = _i2s(ocl_packed, ref, rng, t, 19, k)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+    w, x = ternary(rng, 13, k), acts(rng, t, k)
+    got = ocl_packed.to_host(ocl_packed.matmul_ternary_float(x, ocl_packed.load_ternary(w)))
+    want = ref.matmul_ternary_float(x, ref.load_ternary(w))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize(
+    "positions", [[0, 1, 2], [700, 701], [5, 3, 9], [4, 4], [300], [1999, 2000, 2001]]
+)
+def test_rope_position_tables(ocl, ref, rng, positions):
+    """Ascending runs index one growing table; other position sets get their own."""
+    pos = np.array(positions)
+    x = acts(rng, len(positions), 3, 16)
+    for style in ("neox", "norm"):
+        got = ocl.to_host(ocl.rope(ocl.to_device(x), pos, 10000.0, style, 12))
+        want = ref.rope(x, pos, 10000.0, style, 12)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(x).max())
+
+
+@given(
+    codes=hnp.arrays(
+        np.int8,
+        st.tuples(st.integers(1, 4), st.integers(1, 150)),
+        elements=st.integers(-1, 1),
+    )
+)
+@settings(max_examples=60, deadline=None)
+def test_packed_layout_property(codes):
+    np.testing.assert_array_equal(unpack_blocks(pack_blocks(codes), codes.shape[1]), codes)
+
+
+@pytest.mark.parametrize("start,t", [(255, 2), (1000, 1), (700, 3), (511, 1)])
+def test_attention_split_keys(ocl, ref, rng, start, t):
+    """Long contexts split the keys over work-groups (including a split that is
+    empty for the first query) and merge the partial softmaxes."""
+    cap = start + t
+    kc, vc = acts(rng, cap, 2, 40), acts(rng, cap, 2, 40)
+    q = acts(rng, t, 4, 40, scale=0.3)
     got = ocl.to_host(ocl.attention(ocl.to_device(q), ocl.to_device(kc), ocl.to_device(vc), start))
     np.testing.assert_allclose(got, ref.attention(q, kc, vc, start), rtol=1e-4, atol=2e-5)

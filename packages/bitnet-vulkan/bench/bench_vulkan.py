@@ -6,12 +6,9 @@ Two measurements, each printed for both providers with the ratio:
   effective bandwidth = the weight bytes a call must read (2 bits a weight
   plus the row scales, plus the activations) / time a call. On the device,
   ``--repeat`` calls are recorded into one command buffer and submitted once.
-- decode: tokens/s of a whole-model decode step made of provider ops (the
-  ``bitnet_core.model`` GenericBackend graph: rmsnorm, q/k/v/o/gate/up/down
-  ternary linears, rope, kv_store, attention, silu_mul, add; the tied head
-  ``matmul_dense``), random weights of the given shape, only logits read back.
-  With ``--model file.gguf`` and ``bitnet_core.model`` installed, the real
-  engine runs that file instead.
+- decode: greedy decode tokens/s through the engine (``bitnet_core.model``,
+  ``Model.from_weights``) on a random model of the preset's shape, the same
+  model and prompt on both providers (the greedy tokens are compared too).
 
     uv run --no-sync python packages/bitnet-vulkan/bench/bench_vulkan.py --preset small
     python bench_vulkan.py --preset 2b --json out.json      # on a real GPU
@@ -94,84 +91,46 @@ def bench_gemv(p: Any, rows: int, cols: int, repeat: int, rng: np.random.Generat
     return best
 
 
-class OpModel:
-    """A random BitNet model as provider arrays, decoded with the engine's op sequence."""
+def bench_decode(device: str, s: Shape, prompt: int, tokens: int) -> dict[str, float]:
+    """Greedy decode through the engine (``bitnet_core.model``) on a random model of shape ``s``."""
+    from bitnet_core.config import BitNetConfig
+    from bitnet_core.model.api import Model
+    from bitnet_core.model.random import random_weights
 
-    def __init__(self, p: Any, s: Shape, context: int, rng: np.random.Generator) -> None:
-        self.p, self.s = p, s
-
-        def tern(r: int, c: int) -> Any:
-            codes = rng.integers(-1, 2, (r, c)).astype(np.int8)
-            return p.load_ternary(TernaryWeight.from_codes(codes, 1.0 / math.sqrt(c)))
-
-        def norm(n: int) -> Any:
-            return p.to_device(np.ones(n, np.float32))
-
-        d, hkv = s.head_dim, s.kv_heads
-        self.embed = p.to_device(
-            (rng.standard_normal((s.vocab, s.hidden)) * 0.5).astype(np.float16)
-        )
-        self.layers = []
-        for _ in range(s.layers):
-            self.layers.append(
-                dict(
-                    attn_norm=norm(s.hidden),
-                    q=tern(s.hidden, s.hidden),
-                    k=tern(hkv * d, s.hidden),
-                    v=tern(hkv * d, s.hidden),
-                    o=tern(s.hidden, s.hidden),
-                    attn_sub=norm(s.hidden),
-                    ffn_norm=norm(s.hidden),
-                    gate=tern(s.inner, s.hidden),
-                    up=tern(s.inner, s.hidden),
-                    down=tern(s.hidden, s.inner),
-                    ffn_sub=norm(s.inner),
-                    k_cache=p.empty((context, hkv, d)),
-                    v_cache=p.empty((context, hkv, d)),
-                )
-            )
-        self.out_norm = norm(s.hidden)
-
-    def step(self, token: int, pos: int) -> np.ndarray:
-        p, s = self.p, self.s
-        view = getattr(p, "reshape", None) or (lambda x, shape: x.reshape(shape))
-        d, hq, hkv = s.head_dim, s.heads, s.kv_heads
-        positions = np.array([pos])
-        x = p.embedding(self.embed, np.array([token]))
-        for lw in self.layers:
-            h = p.rmsnorm(x, lw["attn_norm"], 1e-5)
-            q = p.rope(view(p.linear(h, lw["q"]), (1, hq, d)), positions, 1e4, "neox", d)
-            k = p.rope(view(p.linear(h, lw["k"]), (1, hkv, d)), positions, 1e4, "neox", d)
-            v = view(p.linear(h, lw["v"]), (1, hkv, d))
-            p.kv_store(lw["k_cache"], k, pos)
-            p.kv_store(lw["v_cache"], v, pos)
-            a = view(p.attention(q, lw["k_cache"], lw["v_cache"], pos), (1, hq * d))
-            x = p.add(x, p.linear(p.rmsnorm(a, lw["attn_sub"], 1e-5), lw["o"]))
-            h = p.rmsnorm(x, lw["ffn_norm"], 1e-5)
-            f = p.silu_mul(p.linear(h, lw["gate"]), p.linear(h, lw["up"]))
-            x = p.add(x, p.linear(p.rmsnorm(f, lw["ffn_sub"], 1e-5), lw["down"]))
-        x = p.rmsnorm(x, self.out_norm, 1e-5)
-        return np.asarray(p.to_host(p.matmul_dense(x, self.embed)))[0]
-
-
-def bench_decode(
-    p: Any, s: Shape, tokens: int, rng: np.random.Generator
-) -> tuple[float, np.ndarray]:
-    model = OpModel(p, s, context=tokens + 8, rng=rng)
-    tok = 1
-    model.step(tok, 0)  # warm
-    t0 = time.perf_counter()
-    logits = None
-    for pos in range(1, tokens + 1):
-        logits = model.step(tok, pos)
-        tok = int(np.argmax(logits))
-    return tokens / (time.perf_counter() - t0), logits
+    cfg = BitNetConfig(
+        vocab_size=s.vocab,
+        hidden_size=s.hidden,
+        num_layers=s.layers,
+        num_heads=s.heads,
+        num_kv_heads=s.kv_heads,
+        intermediate_size=s.inner,
+        context_length=prompt + tokens + 8,
+    )
+    model = Model.from_weights(random_weights(cfg, seed=0), device=device)
+    ids = list(range(1, prompt + 1))
+    model.generate_ids(ids[:2], max_tokens=2, temperature=0)  # warm: pipelines, pools
+    stats0 = dict(getattr(model.provider, "stream", None).stats) if device == "vulkan" else None
+    out = model.generate_ids(ids, max_tokens=tokens, temperature=0)
+    st = model.last_stats
+    result = {
+        "decode_tok_s": st.decode_tokens_per_s,
+        "prompt_tok_s": st.prompt_tokens_per_s,
+        "decode_steps": st.decode_steps,
+        "tokens": out,
+    }
+    if stats0 is not None:
+        stats = model.provider.stream.stats
+        steps = st.decode_steps + 1
+        result["submits_per_forward"] = (stats["submits"] - stats0["submits"]) / steps
+        result["dispatches_per_forward"] = (stats["dispatches"] - stats0["dispatches"]) / steps
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", choices=sorted(PRESETS), default="small")
     ap.add_argument("--tokens", type=int, default=16, help="decode steps timed")
+    ap.add_argument("--prompt", type=int, default=8, help="prompt tokens")
     ap.add_argument("--repeat", type=int, default=20, help="GEMV calls per timing")
     ap.add_argument("--cpu", default=None, help="CPU provider to compare with (default: best)")
     ap.add_argument("--no-cpu", action="store_true", help="device only (huge shapes)")
@@ -209,20 +168,23 @@ def main(argv: list[str] | None = None) -> int:
             f"gemv {rows:5d}x{cols:<5d} vulkan {t_vk * 1e6:9.1f} us "
             f"{nbytes / t_vk / 1e9:7.2f} GB/s{cpu_txt}"
         )
-    stats0 = dict(vk.stream.stats)
-    tps_vk, logits_vk = bench_decode(vk, s, args.tokens, np.random.default_rng(1))
-    steps = args.tokens + 1
-    per_step = {k: (vk.stream.stats[k] - stats0[k]) / steps for k in ("submits", "dispatches")}
-    report["decode"] = {"vulkan_tok_s": tps_vk, "per_token": per_step}
-    line = f"decode {args.preset}: vulkan {tps_vk:8.2f} tok/s ({per_step['dispatches']:.0f} dispatches, {per_step['submits']:.1f} submits a token)"
+    d_vk = bench_decode("vulkan", s, args.prompt, args.tokens)
+    report["decode"] = {"vulkan": {k: v for k, v in d_vk.items() if k != "tokens"}}
+    line = (
+        f"decode {args.preset}: vulkan {d_vk['decode_tok_s']:8.2f} tok/s "
+        f"(prompt {d_vk['prompt_tok_s']:.1f} tok/s; {d_vk['dispatches_per_forward']:.0f} dispatches, "
+        f"{d_vk['submits_per_forward']:.1f} submits a forward pass)"
+    )
     if not args.no_cpu:
-        tps_cpu, logits_cpu = bench_decode(cpu, s, args.tokens, np.random.default_rng(1))
-        report["decode"].update(
-            cpu_tok_s=tps_cpu,
-            speedup=tps_vk / tps_cpu,
-            same_last_argmax=bool(np.argmax(logits_vk) == np.argmax(logits_cpu)),
+        d_cpu = bench_decode(cpu.name, s, args.prompt, args.tokens)
+        report["decode"]["cpu"] = {k: v for k, v in d_cpu.items() if k != "tokens"}
+        report["decode"]["speedup"] = d_vk["decode_tok_s"] / d_cpu["decode_tok_s"]
+        report["decode"]["same_greedy_tokens"] = d_vk["tokens"] == d_cpu["tokens"]
+        line += (
+            f"\n              cpu    {d_cpu['decode_tok_s']:8.2f} tok/s "
+            f"(prompt {d_cpu['prompt_tok_s']:.1f} tok/s)  vulkan/cpu x{report['decode']['speedup']:.2f}"
+            f"  same greedy tokens: {report['decode']['same_greedy_tokens']}"
         )
-        line += f"  cpu {tps_cpu:8.2f} tok/s  x{tps_vk / tps_cpu:.2f}"
     print(line)
     if args.json:
         with open(args.json + ".tmp", "w") as f:

@@ -2,7 +2,8 @@
 // Causal grouped-query attention over a KV cache [S, Hkv, D]: query t (head h) sits
 // at position start + t and sees cache rows 0 .. start + t. One workgroup per (t, h):
 // scores of WG positions at a time into shared memory, online softmax, thread i owns
-// output dims i, i + WG, ... (D <= MAX_SLOTS * WG).
+// output dims i, i + WG, ... (D <= MAX_SLOTS * WG). `start` comes from a small buffer the
+// host rewrites every step (not a push constant), so a recorded decode step replays unchanged.
 layout(local_size_x_id = 0) in;
 #define MAX_SLOTS 4
 
@@ -10,8 +11,9 @@ layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) readonly buffer K { float kc[]; };
 layout(std430, binding = 2) readonly buffer V { float vc[]; };
 layout(std430, binding = 3) writeonly buffer O { float o[]; };
+layout(std430, binding = 4) readonly buffer S { uint step[]; };
 layout(push_constant) uniform P {
-    uint tokens; uint q_heads; uint kv_heads; uint dim; uint start; float scale;
+    uint tokens; uint q_heads; uint kv_heads; uint dim; float scale;
 } p;
 
 shared float sc[gl_WorkGroupSize.x];
@@ -20,10 +22,11 @@ shared float red[gl_WorkGroupSize.x];
 void main() {
     uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     uint group = p.q_heads / p.kv_heads;
+    uint start = step[0];
     for (uint job = gl_WorkGroupID.x; job < p.tokens * p.q_heads; job += gl_NumWorkGroups.x) {
         uint t = job / p.q_heads, h = job % p.q_heads, kvh = h / group;
         uint qbase = (t * p.q_heads + h) * p.dim;
-        uint n = p.start + t + 1u;
+        uint n = start + t + 1u;
         uint kv_stride = p.kv_heads * p.dim;
         float m = -1.0 / 0.0, l = 0.0;
         float acc[MAX_SLOTS];

@@ -3,9 +3,17 @@
 // Weights: canonical I2 packing as uint words, 16 columns a word (code = value + 1,
 // column 16w + 4j + i in bits 8j + 2i), `w_words` words a row. Activations: int8,
 // four a word, 4 * w_words words a row, zero padded. LX threads share a row,
-// ROWS rows a workgroup; USE_INT_DOT selects SPV_KHR_integer_dot_product.
+// ROWS rows a workgroup; USE_INT_DOT selects SPV_KHR_integer_dot_product. USE_SUBGROUP:
+// one subgroup a row (whatever its size), reduced with subgroupAdd: no shared memory, no
+// barriers; the workgroup is 1-D (local_size_x only).
 #extension GL_EXT_spirv_intrinsics : enable
+#ifdef USE_SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+layout(local_size_x_id = 0) in;
+#else
 layout(local_size_x_id = 0, local_size_y_id = 1) in;
+#endif
 
 layout(std430, binding = 0) readonly buffer XQ { uint xq[]; };
 layout(std430, binding = 1) readonly buffer XS { float xs[]; };
@@ -43,6 +51,31 @@ int dot16(uint wword, uint xbase) {
 }
 #endif
 
+#ifdef USE_SUBGROUP
+// TOKENS_PER_PASS tokens share each weight word read (prefill reads the weights T/4 times, not T).
+#define TOKENS_PER_PASS 4u
+void main() {
+    uint x_words = 4u * p.w_words;
+    for (uint t0 = gl_WorkGroupID.y * TOKENS_PER_PASS; t0 < p.tokens;
+         t0 += gl_NumWorkGroups.y * TOKENS_PER_PASS) {
+        uint nt = min(TOKENS_PER_PASS, p.tokens - t0);
+        for (uint n = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; n < p.n_rows;
+             n += gl_NumWorkGroups.x * gl_NumSubgroups) {
+            int acc[TOKENS_PER_PASS];
+            for (uint j = 0u; j < TOKENS_PER_PASS; j++) acc[j] = 0;
+            for (uint k = gl_SubgroupInvocationID; k < p.w_words; k += gl_SubgroupSize) {
+                uint word = w[n * p.w_words + k];
+                for (uint j = 0u; j < nt; j++) acc[j] += dot16(word, (t0 + j) * x_words + 4u * k);
+            }
+            for (uint j = 0u; j < nt; j++) {
+                int total = subgroupAdd(acc[j]);
+                if (subgroupElect())
+                    y[(t0 + j) * p.n_rows + n] = float(total) * scales[n] / xs[t0 + j];
+            }
+        }
+    }
+}
+#else
 shared int red[gl_WorkGroupSize.y][gl_WorkGroupSize.x];
 
 void main() {
@@ -69,3 +102,4 @@ void main() {
         }
     }
 }
+#endif

@@ -1,12 +1,30 @@
 #version 450
-// y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight; one workgroup per row.
+// y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight; one workgroup per row, or with
+// USE_SUBGROUP one subgroup per row (subgroupAdd, no barriers).
 layout(local_size_x_id = 0) in;
+#ifdef USE_SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer Wt { float weight[]; };
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
 layout(push_constant) uniform P { uint rows; uint cols; float eps; } p;
 
+#ifdef USE_SUBGROUP
+void main() {
+    uint lane = gl_SubgroupInvocationID, lanes = gl_SubgroupSize;
+    for (uint t = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; t < p.rows;
+         t += gl_NumWorkGroups.x * gl_NumSubgroups) {
+        uint base = t * p.cols;
+        float s = 0.0;
+        for (uint k = lane; k < p.cols; k += lanes) s += x[base + k] * x[base + k];
+        float inv = 1.0 / sqrt(subgroupAdd(s) / float(p.cols) + p.eps);
+        for (uint k = lane; k < p.cols; k += lanes) y[base + k] = x[base + k] * inv * weight[k];
+    }
+}
+#else
 shared float red[gl_WorkGroupSize.x];
 
 void main() {
@@ -27,3 +45,4 @@ void main() {
             y[base + k] = x[base + k] * inv * weight[k];
     }
 }
+#endif

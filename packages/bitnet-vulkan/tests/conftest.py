@@ -7,19 +7,17 @@ import os
 import pytest
 
 from bitnet_core.providers.reference import ReferenceProvider
-from bitnet_vulkan.context import ENV_INT_DOT
+from bitnet_vulkan.context import ENV_INT_DOT, ENV_SUBGROUP
 from bitnet_vulkan.provider import VulkanProvider
 
 # lavapipe's WSI code complains on stderr without it; harmless, but noisy
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")
 
 
-def _make(int_dot: str | None) -> VulkanProvider:
-    old = os.environ.get(ENV_INT_DOT)
-    if int_dot is None:
-        os.environ.pop(ENV_INT_DOT, None)
-    else:
-        os.environ[ENV_INT_DOT] = int_dot
+def _make(env: dict[str, str]) -> VulkanProvider:
+    """A provider created with ``env`` set (the switches are read when the device is created)."""
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         p = VulkanProvider()
         avail = p.probe(explicit=True)
@@ -27,32 +25,41 @@ def _make(int_dot: str | None) -> VulkanProvider:
             pytest.skip(f"no Vulkan device: {avail.reason}")
         return p
     finally:
-        if old is None:
-            os.environ.pop(ENV_INT_DOT, None)
-        else:
-            os.environ[ENV_INT_DOT] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @pytest.fixture(scope="session")
 def vk() -> VulkanProvider:
     """The provider as configured by default (integer dot products where accelerated)."""
-    p = _make(None)
+    p = _make({})
     yield p
     p.close()
 
 
-@pytest.fixture(scope="session", params=["plain", "int-dot"])
+MATMUL_PATHS = {
+    "plain": {ENV_INT_DOT: "0", ENV_SUBGROUP: "0"},
+    "int-dot": {ENV_INT_DOT: "1", ENV_SUBGROUP: "0"},
+    "plain-subgroup": {ENV_INT_DOT: "0", ENV_SUBGROUP: "1"},
+    "int-dot-subgroup": {ENV_INT_DOT: "1", ENV_SUBGROUP: "1"},
+}
+
+
+@pytest.fixture(scope="session", params=sorted(MATMUL_PATHS))
 def vk_matmul(request) -> VulkanProvider:
-    """Providers forced onto each matmul_i2s path (the device must support integer dot)."""
-    if request.param == "plain":
-        p = _make("0")
-    else:
-        probe = _make(None)
-        info = probe.device_info
-        probe.close()
-        if not info.int_dot:
-            pytest.skip(f"{info.name} has no shaderIntegerDotProduct")
-        p = _make("1")
+    """Providers forced onto each matmul path (skipped where the device lacks the feature)."""
+    probe = _make({})
+    info = probe.device_info
+    probe.close()
+    env = MATMUL_PATHS[request.param]
+    if env[ENV_INT_DOT] == "1" and not info.int_dot:
+        pytest.skip(f"{info.name} has no shaderIntegerDotProduct")
+    if env[ENV_SUBGROUP] == "1" and not info.subgroup_arithmetic:
+        pytest.skip(f"{info.name} has no subgroup arithmetic")
+    p = _make(env)
     yield p
     p.close()
 

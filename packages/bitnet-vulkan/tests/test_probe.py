@@ -99,3 +99,14 @@ def test_int_dot_can_be_switched_off(value):
         [sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120
     )
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_reason_for_a_wheel_built_without_shaders(monkeypatch):
+    """What a BITNET_VULKAN_SKIP_SHADERS=ON build installs: _spirv.SKIPPED, no modules."""
+    from bitnet_vulkan import _spirv
+
+    monkeypatch.setattr(_spirv, "SKIPPED", True)
+    monkeypatch.setattr(_spirv, "MODULES", {})
+    a = VulkanProvider().probe(explicit=True)
+    assert not a.available and a.details["step"] == "shaders"
+    assert "BITNET_VULKAN_SKIP_SHADERS" in a.reason and "glslangValidator" in a.reason

@@ -45,22 +45,43 @@ def test_pack_layout():
     assert bin(word).count("1") == 16  # the other 15 codes are 1 (value 0)
 
 
-def test_no_dot4_fallback_matches(monkeypatch):
-    """The plain-integer matmul path (no dot4I8Packed) gives the same answer."""
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [
+        ("BITNET_WEBGPU_NO_DOT4", "1"),
+        ("BITNET_WEBGPU_LAYOUT", "groups"),
+        ("BITNET_WEBGPU_LAYOUT", "rows"),
+    ],
+)
+def test_kernel_variants_match(monkeypatch, env, value):
+    """Every shader variant (no dot4I8Packed; workgroup-per-row or row-per-invocation
+    matmuls) gives the reference's answer, whichever one this adapter picks by default."""
     from bitnet_core.hal.weights import TernaryWeight
     from bitnet_core.providers.reference import ReferenceProvider
 
-    monkeypatch.setenv("BITNET_WEBGPU_NO_DOT4", "1")
+    monkeypatch.setenv(env, value)
     p = WebGPUProvider()
     if not p.probe(explicit=True).available:
         pytest.skip("no WebGPU adapter")
-    assert not p.dev.dot4
+    if env == "BITNET_WEBGPU_NO_DOT4":
+        assert not p.dev.dot4
+    else:
+        assert p.dev.rows_layout == (value == "rows")
     rng = np.random.default_rng(5)
-    x = rng.standard_normal((3, 77)).astype(np.float32)
-    w = TernaryWeight.from_codes(rng.integers(-1, 2, (9, 77)), 1.3)
     ref = ReferenceProvider()
-    np.testing.assert_allclose(
-        p.to_host(p.linear(p.to_device(x), p.load_ternary(w))),
-        ref.linear(x, ref.load_ternary(w)),
-        rtol=1e-5,
-    )
+    for t, k, n in [(1, 77, 9), (6, 300, 130)]:
+        x = rng.standard_normal((t, k)).astype(np.float32)
+        w = TernaryWeight.from_codes(rng.integers(-1, 2, (n, k)), 1.3)
+        table = rng.standard_normal((n, k)).astype(np.float16)
+        np.testing.assert_allclose(
+            p.to_host(p.linear(p.to_device(x), p.load_ternary(w))),
+            ref.linear(x, ref.load_ternary(w)),
+            rtol=1e-5,
+            atol=1e-5,
+        )
+        np.testing.assert_allclose(
+            p.to_host(p.matmul_dense(p.to_device(x), p.to_device(table))),
+            ref.matmul_dense(x, table),
+            rtol=1e-4,
+            atol=1e-4,
+        )

@@ -13,7 +13,6 @@ matrix kernels read whole 64-byte blocks of a row.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import threading
 from collections import defaultdict
@@ -82,19 +81,25 @@ class BufferPool:
 class _Block:
     """Owns one pooled buffer; gives it back when garbage-collected."""
 
-    __slots__ = ("buffer", "size", "_pool")
+    __slots__ = ("buffer", "size", "_pool", "pending")
 
     def __init__(self, buffer: Any, size: int, pool: BufferPool | None) -> None:
         self.buffer = buffer
         self.size = size
         self._pool = pool
+        #: an in-flight host-to-device copy (PyOpenCL's NannyEvent keeps its host
+        #: array alive and waits for it when dropped)
+        self.pending: Any = None
 
     def __del__(self) -> None:
+        # no module globals here: at interpreter shutdown they may already be None
         pool, self._pool = self._pool, None
-        if pool is not None:
-            # at interpreter shutdown the context is going away anyway
-            with contextlib.suppress(Exception):
+        try:  # noqa: SIM105
+            self.pending = None
+            if pool is not None:
                 pool.release(self.buffer, self.size)
+        except Exception:  # the context is going away anyway
+            pass
 
 
 class CLArray:
@@ -104,8 +109,9 @@ class CLArray:
 
     def __init__(self, block: _Block, shape: tuple[int, ...], dtype: Any) -> None:
         self._block = block
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
+        # fast path for the provider's own calls (a tuple of ints, a np.dtype)
+        self.shape = shape if type(shape) is tuple else tuple(int(s) for s in shape)
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
 
     @property
     def buffer(self) -> Any:

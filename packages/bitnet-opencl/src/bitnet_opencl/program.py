@@ -4,8 +4,9 @@ The ``.cl`` files under ``kernels/`` ship as package data; ``common.clh`` is
 prepended to them and the whole is built as one program per context. The
 build options come from the device: ``USE_FP64`` (``cl_khr_fp64``),
 ``USE_SUBGROUPS`` (``cl_khr_subgroups`` or ``cl_intel_subgroups``),
-``USE_DOT8`` (``cl_khr_integer_dot_product`` on an OpenCL 3.0 device), and
-``-cl-fp32-correctly-rounded-divide-sqrt`` where supported. When a build with
+``USE_DOT8`` (``cl_khr_integer_dot_product`` on an OpenCL 3.0 device),
+``USE_PTX_DP4A`` (NVIDIA, compute capability 6.1+: ``dp4a`` as inline PTX),
+and ``-cl-fp32-correctly-rounded-divide-sqrt`` where supported. When a build with
 optional features fails (a driver that advertises more than it compiles), it
 is retried with the base options and the failure is kept in ``notes``.
 """
@@ -41,6 +42,9 @@ class Features:
     fp64: bool = False
     subgroups: bool = False
     dot8: bool = False
+    ptx_dp4a: bool = False
+    #: the 4-codes-at-a-time decode without a hardware dot product (tests only)
+    packed_dot: bool = False
     fp16: bool = False
     correctly_rounded_div: bool = False
     opencl_c3: bool = False
@@ -55,6 +59,10 @@ class Features:
             opts.append("-DUSE_SUBGROUPS=1")
         if self.dot8:
             opts.append("-DUSE_DOT8=1")
+        elif self.ptx_dp4a:
+            opts.append("-DUSE_PTX_DP4A=1")
+        if self.packed_dot:
+            opts.append("-DUSE_PACKED_DOT=1")
         if self.correctly_rounded_div:
             opts.append("-cl-fp32-correctly-rounded-divide-sqrt")
         return opts
@@ -64,6 +72,7 @@ class Features:
             "fp64": self.fp64,
             "subgroups": self.subgroups,
             "dot8": self.dot8,
+            "ptx_dp4a": self.ptx_dp4a,
             "fp16": self.fp16,
             "correctly_rounded_div": self.correctly_rounded_div,
         }
@@ -80,7 +89,7 @@ def _supports_opencl_c3(cl: Any, dev: Any, info: DeviceInfo) -> bool:
 
 
 ENV_DISABLE = "BITNET_OPENCL_DISABLE"
-FEATURE_NAMES = ("fp64", "subgroups", "dot8", "fp16", "correctly_rounded_div")
+FEATURE_NAMES = ("fp64", "subgroups", "dot8", "ptx_dp4a", "fp16", "correctly_rounded_div")
 
 
 def disabled_features() -> set[str]:
@@ -93,6 +102,17 @@ def disabled_features() -> set[str]:
             f"{ENV_DISABLE}: unknown feature(s) {sorted(unknown)}; known: {', '.join(FEATURE_NAMES)}"
         )
     return set(FEATURE_NAMES) if "all" in names else names
+
+
+def _nvidia_dp4a(dev: Any, info: DeviceInfo) -> bool:
+    """An NVIDIA GPU of compute capability 6.1+ (``cl_nv_device_attribute_query``)."""
+    if "cl_nv_device_attribute_query" not in info.extensions:
+        return False
+    try:
+        cc = (int(dev.compute_capability_major_nv), int(dev.compute_capability_minor_nv))
+    except Exception:
+        return False
+    return cc >= (6, 1)
 
 
 def detect_features(cl: Any, dev: Any, info: DeviceInfo) -> Features:
@@ -111,6 +131,7 @@ def detect_features(cl: Any, dev: Any, info: DeviceInfo) -> Features:
         subgroups=("cl_khr_subgroups" in ext or "cl_intel_subgroups" in ext)
         and "subgroups" not in off,
         dot8="cl_khr_integer_dot_product" in ext and c3 and "dot8" not in off,
+        ptx_dp4a=_nvidia_dp4a(dev, info) and "ptx_dp4a" not in off,
         fp16="cl_khr_fp16" in ext and "fp16" not in off,
         correctly_rounded_div=crdiv and "correctly_rounded_div" not in off,
         opencl_c3=c3,
@@ -141,7 +162,7 @@ def build_program(cl: Any, ctx: Any, features: Features) -> tuple[Any, Features,
     try:
         return _build(cl, ctx, source, features.options()), features, notes
     except Exception as exc:
-        if not (features.dot8 or features.subgroups):
+        if not (features.dot8 or features.subgroups or features.ptx_dp4a):
             raise ProviderError(f"opencl: building the kernels failed: {exc}") from exc
         notes.append(
             f"build with {features.options()} failed, retried without subgroups/dot8: {exc}"

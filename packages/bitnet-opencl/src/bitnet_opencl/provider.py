@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -34,9 +35,16 @@ from .device import DeviceInfo, choose_device, import_pyopencl
 from .runtime import Runtime
 from .weights import OpenCLWeight, host_layout
 
+#: Host arrays up to this size are uploaded without blocking (after a private copy).
+ASYNC_UPLOAD_BYTES = 1 << 20
+#: Attention splits the keys in spans of this many when there are more than one
+#: span and fewer (head, query) work-groups than ATTN_SPLIT_BELOW_GROUPS.
+ATTN_SPAN = 256
+ATTN_SPLIT_BELOW_GROUPS = 512
 #: Token counts up to this use the GEMV kernel; larger ones the tiled GEMM.
 GEMV_MAX_TOKENS = 8
 _WG = 64  # default work-group size of the reducing kernels
+_F32 = np.dtype(np.float32)
 
 _HOST_DTYPES = {
     np.dtype(np.float32): np.float32,
@@ -92,6 +100,8 @@ class OpenCLProvider:
         self._rt: Runtime | None = None
         self._lock = threading.Lock()
         self._rope_tables: OrderedDict[tuple, CLArray] = OrderedDict()
+        self._last_quant: tuple[weakref.ref, CLArray, CLArray] | None = None
+        self._locals: dict[int, Any] = {}
 
     # --- probing and the device ---------------------------------------------
     def probe(self, explicit: bool = False) -> Availability:
@@ -160,10 +170,10 @@ class OpenCLProvider:
         }
 
     # --- helpers --------------------------------------------------------------
-    def _alloc(self, shape: tuple[int, ...], dtype: Any = np.float32) -> CLArray:
-        dtype = np.dtype(dtype)
+    def _alloc(self, shape: tuple[int, ...], dtype: Any = _F32) -> CLArray:
+        dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         nbytes = math.prod(shape) * dtype.itemsize
-        return CLArray(self.runtime.pool.acquire(nbytes), shape, dtype)
+        return CLArray(self.runtime.pool.acquire(nbytes), tuple(shape), dtype)
 
     def _dev(self, x: Any, what: str, dtype: Any = np.float32) -> CLArray:
         """A ``CLArray`` of ``dtype`` (uploading a host array; checking a device one)."""
@@ -176,10 +186,24 @@ class OpenCLProvider:
         return x
 
     def _run(self, name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
-        self.runtime.kernel(name)(self.runtime.queue, gsize, lsize, *args)
+        rt = self.runtime
+        with rt.launch_lock:  # a kernel object's arguments are shared state
+            rt.kernel(name)(rt.queue, gsize, lsize, *args)
+
+    def _rows(self, name: str, n: int, groups1: int, units: int, item: int, *args) -> None:
+        """Launch a row-parallel kernel (``lanes`` items a row) over ``n`` rows."""
+        lanes, wg = self.runtime.row_plan(name, units)
+        rows_per_group = wg // lanes
+        grid = (-(-n // rows_per_group) * wg, groups1)
+        self._run(name, grid, (wg, 1), *args, _i32(lanes), self._local(wg * item))
 
     def _local(self, nbytes: int) -> Any:
-        return self.runtime.cl.LocalMemory(max(4, int(nbytes)))
+        """A local-memory kernel argument of ``nbytes`` (descriptors are reused)."""
+        nbytes = max(4, int(nbytes))
+        mem = self._locals.get(nbytes)
+        if mem is None:
+            mem = self._locals[nbytes] = self.runtime.cl.LocalMemory(nbytes)
+        return mem
 
     # --- memory ---------------------------------------------------------------
     @_op
@@ -196,10 +220,18 @@ class OpenCLProvider:
             and (host.min() < np.iinfo(np.int32).min or host.max() > np.iinfo(np.int32).max)
         ):
             raise UnsupportedOperationError("opencl to_device: int64 values exceed int32")
-        host = np.ascontiguousarray(host, dtype=target)
+        small = host.nbytes <= ASYNC_UPLOAD_BYTES
+        # small arrays (token ids, rope tables, norms) are copied to a private
+        # host array and uploaded without waiting for the queue to drain
+        host = np.array(host, dtype=target, order="C", copy=True) if small else (
+            np.ascontiguousarray(host, dtype=target)
+        )  # fmt: skip
         out = self._alloc(host.shape, host.dtype)
         if host.size:
-            self.runtime.cl.enqueue_copy(self.runtime.queue, out.buffer, host, is_blocking=True)
+            rt = self.runtime
+            evt = rt.cl.enqueue_copy(rt.queue, out.buffer, host, is_blocking=not small)
+            if small:
+                out._block.pending = evt
         return out
 
     @_op
@@ -223,6 +255,12 @@ class OpenCLProvider:
         rt = self.runtime
         rt.cl.enqueue_fill_buffer(rt.queue, out.buffer, np.uint8(0), 0, out._block.size)
         return out
+
+    def reshape(self, array: Any, shape: tuple[int, ...]) -> CLArray:
+        """A row-major view of ``array`` with another shape (same buffer, no copy)."""
+        if not isinstance(array, CLArray):
+            array = self.to_device(np.asarray(array))
+        return array.reshape(tuple(shape))
 
     @_op
     def load_ternary(self, weight: TernaryWeight) -> OpenCLWeight:
@@ -326,15 +364,19 @@ class OpenCLProvider:
             grid = (8 * -(-n // 32), 8 * -(-t // 32))
             self._run("gemm_i2s", grid, (8, 8), *args, _i32(n), _i32(k), _i32(t))
         else:
-            lsz = rt.reduce_group("gemv_i2s", _WG, w.blocks_per_row)
-            self._run(
-                "gemv_i2s", (lsz * n, t), (lsz, 1), *args, _i32(n), _i32(k), self._local(lsz * 4)
-            )
+            self._rows("gemv_i2s", n, t, w.blocks_per_row, 4, *args, _i32(n), _i32(k))
         return out
 
     @_op
     def linear(self, x: Any, weight: Any) -> CLArray:
-        xq, xs = self.quantize_act(x)
+        """``quantize_act`` then ``matmul_i2s``. The quantized activations of the last
+        input are remembered, so q/k/v (and gate/up) of one ``h`` quantize it once."""
+        last = self._last_quant
+        if last is not None and isinstance(x, CLArray) and last[0]() is x:
+            xq, xs = last[1], last[2]
+        else:
+            xq, xs = self.quantize_act(x)
+            self._last_quant = (weakref.ref(x), xq, xs) if isinstance(x, CLArray) else None
         return self.matmul_i2s(xq, xs, weight)
 
     @_op
@@ -346,11 +388,9 @@ class OpenCLProvider:
         t, n = x.shape[0], w.rows
         out = self._alloc((t, n))
         if t and n:
-            words = w.blocks_per_row * 4
-            lsz = self.runtime.reduce_group("gemv_ternary_f32", _WG, words)
-            self._run(
-                "gemv_ternary_f32", (lsz * n, t), (lsz, 1), w.packed, _i32(w.blocks_per_row),
-                x.buffer, w.scales, out.buffer, _i32(n), _i32(w.cols), self._local(lsz * 4),
+            self._rows(
+                "gemv_ternary_f32", n, t, w.blocks_per_row * 4, 4, w.packed,
+                _i32(w.blocks_per_row), x.buffer, w.scales, out.buffer, _i32(n), _i32(w.cols),
             )  # fmt: skip
         return out
 
@@ -367,28 +407,46 @@ class OpenCLProvider:
         out = self._alloc((t, n))
         if t and n:
             name = "dense_f16" if table.dtype == np.float16 else "dense_f32"
-            lsz = self.runtime.reduce_group(name, _WG, max(1, k // 4))
-            self._run(
-                name, (lsz * n, -(-t // 4)), (lsz, 1), x.buffer, table.buffer, out.buffer,
-                _i32(n), _i32(k), _i32(t), self._local(lsz * 4),
+            self._rows(
+                name, n, -(-t // 4), max(1, k // 4), 4, x.buffer, table.buffer, out.buffer,
+                _i32(n), _i32(k), _i32(t),
             )  # fmt: skip
         return out
 
-    def _rope_table(self, positions: np.ndarray, theta: float, rot_dim: int) -> CLArray:
-        key = (positions.tobytes(), float(theta), int(rot_dim))
-        table = self._rope_tables.get(key)
-        if table is not None:
-            self._rope_tables.move_to_end(key)
-            return table
+    def _rope_table(self, positions: np.ndarray, theta: float, rot_dim: int) -> tuple[CLArray, int]:
+        """``(table, pos0)``: cos/sin rows for ``positions`` start at row ``pos0``.
+
+        Ascending runs of positions (every prefill and decode step) index one
+        table of positions ``0..P`` per (theta, rot_dim), grown by doubling, so a
+        decode step uploads nothing; other position sets get a table of their own.
+        The angles are float64 on the host, as in the reference."""
         half = rot_dim // 2
         inv_freq = float(theta) ** (-np.arange(half, dtype=np.float64) * 2.0 / rot_dim)
-        ang = positions.astype(np.float64)[:, None] * inv_freq[None, :]
-        cs = np.stack([np.cos(ang), np.sin(ang)], axis=-1).astype(np.float32)
-        table = self.to_device(cs)
-        self._rope_tables[key] = table
-        if len(self._rope_tables) > 16:
-            self._rope_tables.popitem(last=False)
-        return table
+
+        def upload(pos: np.ndarray) -> CLArray:
+            ang = pos.astype(np.float64)[:, None] * inv_freq[None, :]
+            return self.to_device(np.stack([np.cos(ang), np.sin(ang)], axis=-1).astype(np.float32))
+
+        p0 = int(positions[0]) if positions.size else 0
+        contiguous = positions.size > 0 and p0 >= 0 and bool(np.all(np.diff(positions) == 1))
+        if contiguous:
+            key = ("range", float(theta), int(rot_dim))
+            need = p0 + positions.size
+            table = self._rope_tables.get(key)
+            if table is None or table.shape[0] < need:
+                size = max(need, 2 * (table.shape[0] if table is not None else 256))
+                table = upload(np.arange(size))
+                self._rope_tables[key] = table
+            return table, p0
+        key = (positions.tobytes(), float(theta), int(rot_dim))
+        table = self._rope_tables.get(key)
+        if table is None:
+            table = upload(positions)
+            self._rope_tables[key] = table
+            if len(self._rope_tables) > 16:
+                self._rope_tables.popitem(last=False)
+        self._rope_tables.move_to_end(key)
+        return table, 0
 
     @_op
     def rope(
@@ -409,10 +467,10 @@ class OpenCLProvider:
             raise ShapeError(f"rope: {positions.size} positions for {t} tokens")
         out = self._alloc(x.shape)
         if x.size:
-            cs = self._rope_table(positions, theta, max(rot_dim, 2))
+            cs, pos0 = self._rope_table(positions, theta, max(rot_dim, 2))
             self._run(
                 "rope", (d, h, t), None, x.buffer, cs.buffer, out.buffer, _i32(h), _i32(d),
-                _i32(rot_dim), _i32(1 if style == "neox" else 0),
+                _i32(rot_dim), _i32(1 if style == "neox" else 0), _i32(pos0),
             )  # fmt: skip
         return out
 
@@ -424,6 +482,7 @@ class OpenCLProvider:
         t = x.shape[0] if x.ndim else 0
         if start < 0 or start + t > cache.shape[0] or x.shape[1:] != cache.shape[1:]:
             raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
+        self._last_quant = None  # the only op that writes into an existing array
         if x.size:
             row = x.nbytes // t
             rt = self.runtime
@@ -443,14 +502,34 @@ class OpenCLProvider:
         if hkv == 0 or hq % hkv or kc.shape[2] != d or start < 0 or start + t > kc.shape[0]:
             raise ShapeError(f"attention: q {q.shape} vs cache {kc.shape} at {start}")
         out = self._alloc(q.shape)
-        if q.size:
-            lsz = self.runtime.reduce_group("attention", _WG, start + t)
+        if not q.size:
+            return out
+        scale = np.float32(1.0 / math.sqrt(d))
+        n_max = start + t
+        splits = -(-n_max // ATTN_SPAN)
+        if splits > 1 and hq * t < ATTN_SPLIT_BELOW_GROUPS:
+            # few (head, query) work-groups over many keys: split the keys
+            lsz = self.runtime.reduce_group("attention_part", _WG, ATTN_SPAN)
+            po = self._alloc((t, hq, splits, d))
+            pml = self._alloc((t, hq, splits, 2))
             self._run(
-                "attention", (lsz * hq, t), (lsz, 1), q.buffer, kc.buffer, vc.buffer, out.buffer,
-                _i32(hq), _i32(hkv), _i32(d), _i32(start), np.float32(1.0 / math.sqrt(d)),
-                self._local(d * 4), self._local(d * 4), self._local(lsz * 4),
-                self._local(lsz * 4),
+                "attention_part", (lsz * hq, t, splits), (lsz, 1, 1), q.buffer, kc.buffer,
+                vc.buffer, po.buffer, pml.buffer, _i32(hq), _i32(hkv), _i32(d), _i32(start),
+                scale, _i32(ATTN_SPAN), self._local(d * 4), self._local(d * 4),
+                self._local(lsz * 4), self._local(lsz * 4),
             )  # fmt: skip
+            mlsz = self.runtime.reduce_group("attention_merge", _WG, d)
+            self._run(
+                "attention_merge", (mlsz * hq, t), (mlsz, 1), po.buffer, pml.buffer, out.buffer,
+                _i32(hq), _i32(d), _i32(splits),
+            )  # fmt: skip
+            return out
+        lsz = self.runtime.reduce_group("attention", _WG, n_max)
+        self._run(
+            "attention", (lsz * hq, t), (lsz, 1), q.buffer, kc.buffer, vc.buffer, out.buffer,
+            _i32(hq), _i32(hkv), _i32(d), _i32(start), scale, self._local(d * 4),
+            self._local(d * 4), self._local(lsz * 4), self._local(lsz * 4),
+        )  # fmt: skip
         return out
 
     def _unary(self, name: str, x: Any) -> CLArray:

@@ -1,11 +1,13 @@
 """Ternary weights as the OpenCL kernels keep them resident on the device.
 
-Layout: the canonical I2 packing of ``bitnet_core.hal.weights`` (byte ``j``
-of a row holds columns ``4j..4j+3``, column ``4j+i`` in bits ``2i..2i+1`` as
-``value + 1``), with every row padded to a multiple of 64 columns with the
-code of 0. A row is then a whole number of 16-byte blocks (``uint4``) and the
-padding contributes nothing, so the kernels need no tail code. Read as
-little-endian 32-bit words, word ``w`` holds columns ``16w..16w+15``.
+Layout: 2 bits a weight, the code ``value + 1``, rows padded to a multiple
+of 64 columns with the code of 0, so a row is a whole number of 16-byte blocks
+(``uint4``) and the padding contributes nothing (the kernels need no tail
+code). Read as little-endian 32-bit words, word ``w`` holds columns
+``16w..16w+15``: column ``16w + 4i + j`` in byte ``j``, bits ``2i..2i+1``.
+Then ``(word >> 2i) & 0x03030303`` is the codes of 4 consecutive columns,
+one a byte, lined up with 4 consecutive int8 activations for a packed dot
+product (``dp4a``) without shuffling either side.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from bitnet_core.hal.weights import TernaryWeight, pack_i2
+from bitnet_core.errors import QuantizationError, ShapeError
+from bitnet_core.hal.weights import TernaryWeight
 
 BLOCK_COLS = 64  # codes per 16-byte block
 
@@ -25,11 +28,26 @@ def padded_cols(cols: int) -> int:
 
 
 def pack_blocks(codes: np.ndarray) -> np.ndarray:
-    """int8 codes ``[rows, cols]`` -> uint8 ``[rows, padded_cols(cols) / 4]``."""
+    """int8 codes ``[rows, cols]`` in {-1, 0, 1} -> uint8 ``[rows, padded_cols(cols) / 4]``."""
+    if codes.ndim != 2:
+        raise ShapeError(f"ternary codes must be 2-D, got shape {codes.shape}")
     rows, cols = codes.shape
-    padded = np.zeros((rows, padded_cols(cols)), dtype=np.int8)
-    padded[:, :cols] = codes
-    return pack_i2(padded)
+    u = np.ones((rows, padded_cols(cols)), dtype=np.uint8)  # code of 0
+    u[:, :cols] = (codes.astype(np.int16) + 1).astype(np.uint8)
+    if u.max(initial=0) > 2:
+        raise QuantizationError("ternary codes must be in {-1, 0, +1}")
+    u = u.reshape(rows, -1, 4, 4)  # [row, word, i, j]: column 16w + 4i + j
+    packed = u[:, :, 0] | (u[:, :, 1] << 2) | (u[:, :, 2] << 4) | (u[:, :, 3] << 6)
+    return np.ascontiguousarray(packed.reshape(rows, -1), dtype=np.uint8)
+
+
+def unpack_blocks(packed: np.ndarray, cols: int) -> np.ndarray:
+    """Inverse of :func:`pack_blocks`: int8 codes ``[rows, cols]`` (tests, debugging)."""
+    rows = packed.shape[0]
+    shifts = np.array([0, 2, 4, 6], dtype=np.uint8)
+    words = packed.reshape(rows, -1, 1, 4)  # [row, word, 1, j]
+    u = (words >> shifts[None, None, :, None]) & 3  # [row, word, i, j]
+    return (u.reshape(rows, -1)[:, :cols].astype(np.int8) - 1).astype(np.int8)
 
 
 @dataclass(eq=False)

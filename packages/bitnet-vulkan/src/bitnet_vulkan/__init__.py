@@ -1,5 +1,5 @@
 """bitnet-vulkan: the ``vulkan`` kernel provider (GLSL compute shaders as SPIR-V)."""
 
-from bitnet_core import __version__
+from ._version import __version__
 
 __all__ = ["__version__"]

@@ -21,6 +21,10 @@ from bitnet_core.errors import ProviderError
 from . import devices, vkapi
 
 ENV_INT_DOT = "BITNET_VULKAN_INT_DOT"
+ENV_SUBGROUP = "BITNET_VULKAN_SUBGROUP"
+#: Testing knob: treat the device as discrete (device-only buffers, staging copies) even where
+#: its memory is host-visible, so the discrete-GPU transfer path runs on lavapipe too.
+ENV_FORCE_STAGING = "BITNET_VULKAN_FORCE_STAGING"
 
 
 @dataclass(eq=False)
@@ -34,6 +38,8 @@ class Buffer:
     pooled: bool
     last_epoch: int = -1  # the stream epoch that last recorded a use of it
     alive: bool = True
+    key: int = 0  # the handle as an integer (identifies it in recorded steps)
+    free: bool = False  # pooled and given back
 
 
 class VulkanContext:
@@ -46,6 +52,8 @@ class VulkanContext:
         self.info: devices.DeviceInfo | None = None
         self.queue: Any = None
         self.use_int_dot = False
+        self.use_subgroup = False
+        self.force_staging = os.environ.get(ENV_FORCE_STAGING, "").strip() in ("1", "true", "on")
 
     @classmethod
     def create(cls, explicit: bool = False) -> VulkanContext:
@@ -81,6 +89,7 @@ class VulkanContext:
         info = self.info
         assert info is not None
         self.use_int_dot = _want_int_dot(info)
+        self.use_subgroup = _want_subgroup(info)
         priorities = ffi.new("float[1]", [1.0])
         queue_info = ffi.new(
             "VkDeviceQueueCreateInfo*",
@@ -148,12 +157,12 @@ class VulkanContext:
 
     @property
     def unified(self) -> bool:
-        return bool(self.info and self.info.unified_memory)
+        return bool(self.info and self.info.unified_memory) and not self.force_staging
 
     def allocate(self, size: int, host: bool = False, pooled: bool = True) -> Buffer:
         """A storage buffer of ``size`` bytes (``host``: host-visible staging memory)."""
         vk, ffi, lib = self.vk, self.vk.ffi, self.vk.lib
-        size = max(int(size), 16)
+        size = max(-(-int(size) // 16) * 16, 16)  # whole uint words for the shaders
         limit = self.info.limits["max_storage_buffer_range"] if self.info else 0
         if not host and limit and size > limit:
             raise ProviderError(
@@ -198,7 +207,7 @@ class VulkanContext:
             ptr = ffi.new("void**")
             vkapi.check("vkMapMemory", lib.vkMapMemory(self.device, mem[0], 0, size, 0, ptr))
             mapped = np.frombuffer(ffi.buffer(ptr[0], size), dtype=np.uint8)
-        return Buffer(handle, mem[0], size, mapped, pooled)
+        return Buffer(handle, mem[0], size, mapped, pooled, key=int(ffi.cast("uintptr_t", handle)))
 
     def destroy(self, buf: Buffer) -> None:
         if not buf.alive or self.device is None:
@@ -232,3 +241,17 @@ def _want_int_dot(info: devices.DeviceInfo) -> bool:
     if env in ("0", "false", "no", "off"):
         return False
     return info.int_dot_accelerated
+
+
+def _want_subgroup(info: devices.DeviceInfo) -> bool:
+    """Subgroup-reduced matmuls: ``BITNET_VULKAN_SUBGROUP`` = 1/0 forces, else where supported."""
+    env = os.environ.get(ENV_SUBGROUP, "").strip().lower()
+    if env in ("1", "true", "yes", "on"):
+        if not info.subgroup_arithmetic:
+            raise ProviderError(
+                f"{ENV_SUBGROUP}=1 but {info.name} has no subgroup arithmetic in compute shaders"
+            )
+        return True
+    if env in ("0", "false", "no", "off"):
+        return False
+    return info.subgroup_arithmetic and info.subgroup_size >= 4

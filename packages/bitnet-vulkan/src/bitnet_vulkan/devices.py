@@ -34,6 +34,8 @@ class DeviceInfo:
     int_dot: bool = False  # shaderIntegerDotProduct can be enabled
     int_dot_accelerated: bool = False  # the driver says packed 4x8 signed dot is fast
     unified_memory: bool = False  # device-local memory is host-visible (CPU / UMA)
+    subgroup_size: int = 0
+    subgroup_arithmetic: bool = False  # subgroupAdd & co. in compute shaders
     limits: dict[str, int] = field(default_factory=dict)
     handle: Any = field(default=None, repr=False)
 
@@ -107,6 +109,7 @@ def query(instance: Any) -> list[DeviceInfo]:
             bool(local) and all(f & vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT for f in local)
         )
         int_dot, accelerated = _integer_dot(vk, pd, api)
+        sg_size, sg_arith = _subgroups(vk, pd, api)
         lim = p.limits
         limits = {
             "max_storage_buffer_range": int(lim.maxStorageBufferRange),
@@ -118,9 +121,45 @@ def query(instance: Any) -> list[DeviceInfo]:
             "min_storage_buffer_offset_alignment": int(lim.minStorageBufferOffsetAlignment),
         }
         out.append(
-            DeviceInfo(index, name, dtype, api, family, int_dot, accelerated, unified, limits, pd)
+            DeviceInfo(
+                index,
+                name,
+                dtype,
+                api,
+                family,
+                int_dot,
+                accelerated,
+                unified,
+                subgroup_size=sg_size,
+                subgroup_arithmetic=sg_arith,
+                limits=limits,
+                handle=pd,
+            )
         )
     return out
+
+
+def _subgroups(vk: Any, pd: Any, api: tuple[int, int, int]) -> tuple[int, bool]:
+    """(subgroup size, arithmetic subgroup operations available in compute shaders)."""
+    if api < (1, 1, 0):
+        return 0, False
+    ffi, lib = vk.ffi, vk.lib
+    sub = ffi.new(
+        "VkPhysicalDeviceSubgroupProperties*",
+        {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES},
+    )
+    p2 = ffi.new(
+        "VkPhysicalDeviceProperties2*",
+        {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, "pNext": sub},
+    )
+    lib.vkGetPhysicalDeviceProperties2(pd, p2)
+    s = sub[0]
+    arith = bool(
+        s.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
+        and s.supportedOperations & vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
+        and s.supportedOperations & vk.VK_SUBGROUP_FEATURE_BASIC_BIT
+    )
+    return int(s.subgroupSize), arith
 
 
 def _integer_dot(vk: Any, pd: Any, api: tuple[int, int, int]) -> tuple[bool, bool]:

@@ -36,12 +36,13 @@ def spirv_modules() -> dict[str, bytes]:
     return _spirv.MODULES
 
 
-@dataclass
+@dataclass(eq=False)
 class Pipeline:
     handle: Any
     layout: Any
     set_layout: Any
     bindings: int
+    key: int = 0  # identifies it in recorded steps
 
 
 class PipelineCache:
@@ -175,7 +176,7 @@ class PipelineCache:
             f"vkCreateComputePipelines({shader}, spec={spec})",
             lib.vkCreateComputePipelines(self.ctx.device, ffi.NULL, 1, info, ffi.NULL, out),
         )
-        return Pipeline(out[0], layout, set_layout, bindings)
+        return Pipeline(out[0], layout, set_layout, bindings, len(self._pipelines) + 1)
 
     def close(self) -> None:
         ffi, lib, dev = self.vk.ffi, self.vk.lib, self.ctx.device

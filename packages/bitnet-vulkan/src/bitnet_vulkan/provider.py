@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from bitnet_core import __version__
 from bitnet_core.errors import (
     BitnetError,
     ProviderError,
@@ -26,6 +25,7 @@ from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
 from bitnet_core.hal.weights import TernaryWeight
 
 from . import vkapi
+from ._version import __version__
 from .arrays import Lease, VulkanArray, VulkanWeight, device_nbytes, padded_cols
 from .context import VulkanContext
 from .devices import ENV_DEVICE
@@ -36,6 +36,9 @@ ACT_EPS = 1e-5
 #: matmul threads a row x rows a workgroup: GPUs (warp-sized rows) and CPU devices (lavapipe)
 MATMUL_GPU = (32, 4)
 MATMUL_CPU = (8, 16)
+#: workgroup size of the subgroup-reduced matmuls (one subgroup a row)
+MATMUL_SG_GPU, MATMUL_SG_CPU = 128, 64
+SG_TOKENS_PER_PASS = 4  # TOKENS_PER_PASS in matmul_i2s.comp (subgroup variants)
 ELEMENTWISE_WG = 256
 #: CPU devices (lavapipe) pay per workgroup: a few large ones, each looping, run faster.
 CPU_DEVICE_GROUPS = int(os.environ.get("BITNET_VULKAN_CPU_GROUPS", "64"))
@@ -60,6 +63,8 @@ class VulkanProvider:
         self._ctx: VulkanContext | None = None
         self._explicit = True  # constructed directly: the caller asked for this provider
         self._rope_cache: tuple[tuple, VulkanArray, VulkanArray] | None = None
+        self._step_values: dict = {}
+        self._quant_memo: tuple | None = None  # (x, epoch, xq, xs) of the last linear
 
     # --- probe and lifetime -----------------------------------------------------
     def probe(self, explicit: bool = False) -> Availability:
@@ -135,6 +140,8 @@ class VulkanProvider:
         with self._lock:
             ctx, self._ctx = self._ctx, None
             self._rope_cache = None
+            self._step_values = {}
+            self._quant_memo = None
             if ctx is not None:
                 ctx.stream.close()
                 ctx.pipelines.close()
@@ -179,6 +186,15 @@ class VulkanProvider:
         pipe = self.context.pipelines.get(shader, len(buffers), spec)
         bufs = [b.buffer if isinstance(b, VulkanArray) else b.buffer for b in buffers]
         self.stream.dispatch(pipe, bufs, push, groups)
+
+    def _row_launch(self, shader: str, rows: int, cols: int):
+        """(variant, workgroups, specialization) of a one-row-at-a-time shader (rmsnorm, quantize)."""
+        ctx = self.context
+        if ctx.use_subgroup:
+            wg = MATMUL_SG_CPU if ctx.info.is_cpu else MATMUL_SG_GPU
+            per_group = max(1, wg // max(ctx.info.subgroup_size, 1))
+            return shader + "_sg", (self._groups(rows, per_group), 1, 1), (wg,)
+        return shader, (self._groups(rows, 1), 1, 1), (_pow2_at_least(cols, 32, 256),)
 
     def _groups(self, n: int, per_group: int) -> int:
         """Workgroups for ``n`` items (the shaders loop over the rest): few on CPU devices."""
@@ -228,13 +244,7 @@ class VulkanProvider:
         """A zero-filled device array."""
         shape = tuple(int(s) for s in shape)
         out = self._new(shape, dtype)
-        nbytes = out.nbytes
-        if nbytes:
-            stream = self.stream
-            stream._open()
-            stream.lib.vkCmdFillBuffer(stream.cmd, out.buffer.handle, 0, -(-nbytes // 4) * 4, 0)
-            stream._record_barrier()
-            out.buffer.last_epoch = stream.epoch
+        self.stream.fill_zero(out.buffer, out.nbytes)
         return out
 
     def reshape(self, x: VulkanArray, shape: tuple[int, ...]) -> VulkanArray:
@@ -297,14 +307,8 @@ class VulkanProvider:
         out = self._new(x.shape)
         if rows == 0 or cols == 0:
             return out
-        wg = _pow2_at_least(cols, 32, 256)
-        self._run(
-            "rmsnorm",
-            [x, weight, out],
-            pack_push("IIf", rows, cols, float(eps)),
-            (self._groups(rows, 1), 1, 1),
-            (wg,),
-        )
+        shader, groups, spec = self._row_launch("rmsnorm", rows, cols)
+        self._run(shader, [x, weight, out], pack_push("IIf", rows, cols, float(eps)), groups, spec)
         return out
 
     def quantize_act(self, x: Any) -> tuple[VulkanArray, VulkanArray]:
@@ -317,27 +321,47 @@ class VulkanProvider:
         if rows == 0:
             return xq, xs
         words = padded_cols(np.dtype(np.int8), (rows, cols)) // 4
-        self._run(
-            "quantize_act",
-            [x, xq, xs],
-            pack_push("III", rows, cols, words),
-            (self._groups(rows, 1), 1, 1),
-            (_pow2_at_least(cols, 32, 256),),
-        )
+        shader, groups, spec = self._row_launch("quantize_act", rows, cols)
+        self._run(shader, [x, xq, xs], pack_push("III", rows, cols, words), groups, spec)
         return xq, xs
 
     @property
     def _matmul_cfg(self) -> tuple[int, int]:
         return MATMUL_CPU if self.context.info.is_cpu else MATMUL_GPU
 
-    def _matmul_groups(self, rows: int, tokens: int) -> tuple[int, int, int]:
-        lim = self.context.info.limits
-        cap = CPU_DEVICE_GROUPS if self.context.info.is_cpu else lim["max_workgroup_count_x"]
+    def _plain_groups(self, rows: int, tokens: int) -> tuple[int, int, int]:
+        """Workgroups of a shared-memory matmul (``_matmul_cfg`` rows each)."""
+        ctx = self.context
+        lim = ctx.info.limits
+        cap = CPU_DEVICE_GROUPS if ctx.info.is_cpu else lim["max_workgroup_count_x"]
         return (
             max(1, min(-(-rows // self._matmul_cfg[1]), cap)),
             max(1, min(tokens, lim["max_workgroup_count_y"])),
             1,
         )
+
+    def _matmul_launch(self, shader: str, rows: int, tokens: int, extra: tuple[int, ...] = ()):
+        """(shader variant, workgroups, specialization constants) of a matmul over ``rows``."""
+        ctx = self.context
+        lim = ctx.info.limits
+        cap = CPU_DEVICE_GROUPS if ctx.info.is_cpu else lim["max_workgroup_count_x"]
+        if ctx.use_subgroup:
+            wg = MATMUL_SG_CPU if ctx.info.is_cpu else MATMUL_SG_GPU
+            per_group = max(1, wg // max(ctx.info.subgroup_size, 1))
+            spec: tuple[int, ...] = (wg, 1, *extra)
+            shader += "_sg"
+        else:
+            per_group = self._matmul_cfg[1]
+            spec = (*self._matmul_cfg, *extra)
+        token_groups = tokens
+        if shader == "matmul_i2s_sg" or shader == "matmul_i2s_dot_sg":
+            token_groups = -(-tokens // SG_TOKENS_PER_PASS)
+        groups = (
+            max(1, min(-(-rows // per_group), cap)),
+            max(1, min(token_groups, lim["max_workgroup_count_y"])),
+            1,
+        )
+        return shader, groups, spec
 
     def matmul_i2s(self, xq: Any, xscale: Any, weight: VulkanWeight) -> VulkanArray:
         if not isinstance(weight, VulkanWeight):
@@ -354,18 +378,27 @@ class VulkanProvider:
         out = self._new((tokens, weight.rows))
         if out.size == 0:
             return out
-        shader = "matmul_i2s_dot" if self.context.use_int_dot else "matmul_i2s"
+        shader, groups, spec = self._matmul_launch(
+            "matmul_i2s_dot" if self.context.use_int_dot else "matmul_i2s", weight.rows, tokens
+        )
         self._run(
             shader,
             [xq, xscale, weight.codes, weight.scales, out],
             pack_push("III", weight.rows, tokens, weight.words_per_row),
-            self._matmul_groups(weight.rows, tokens),
-            self._matmul_cfg,
+            groups,
+            spec,
         )
         return out
 
     def linear(self, x: Any, weight: VulkanWeight) -> VulkanArray:
-        xq, xs = self.quantize_act(x)
+        """``matmul_i2s(quantize_act(x))``; q/k/v (and gate/up) share one quantization of ``x``."""
+        memo = self._quant_memo
+        if memo is not None and memo[0] is x and memo[1] == self.stream.epoch:
+            xq, xs = memo[2], memo[3]
+        else:
+            xq, xs = self.quantize_act(x)
+            if isinstance(x, VulkanArray):  # holding x keeps its buffer from being reused
+                self._quant_memo = (x, self.stream.epoch, xq, xs)
         return self.matmul_i2s(xq, xs, weight)
 
     def matmul_ternary_float(self, x: Any, weight: VulkanWeight) -> VulkanArray:
@@ -382,7 +415,7 @@ class VulkanProvider:
             "matmul_ternary_float",
             [x, weight.codes, weight.scales, out],
             pack_push("IIII", weight.rows, tokens, weight.words_per_row, weight.cols),
-            self._matmul_groups(weight.rows, tokens),
+            self._plain_groups(weight.rows, tokens),
             self._matmul_cfg,
         )
         return out
@@ -398,13 +431,10 @@ class VulkanProvider:
             return out
         if x.shape[1] == 0:
             return self.empty((tokens, n))
-        self._run(
-            "matmul_dense",
-            [x, table, out],
-            pack_push("III", n, tokens, x.shape[1]),
-            self._matmul_groups(n, tokens),
-            (*self._matmul_cfg, int(table.dtype == np.float16)),
+        shader, groups, spec = self._matmul_launch(
+            "matmul_dense", n, tokens, (int(table.dtype == np.float16),)
         )
+        self._run(shader, [x, table, out], pack_push("III", n, tokens, x.shape[1]), groups, spec)
         return out
 
     def rope(
@@ -453,11 +483,35 @@ class VulkanProvider:
         if not isinstance(cache, VulkanArray):
             raise UnsupportedOperationError("kv_store: the cache must be a device array")
         x = self._dev(x, "kv_store", cache.dtype)
+        if self._quant_memo is not None and self._quant_memo[0].buffer is cache.buffer:
+            self._quant_memo = None  # the array it quantized changes
         t = x.shape[0] if x.ndim else 0
         if start < 0 or start + t > cache.shape[0] or x.shape[1:] != cache.shape[1:]:
             raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
-        row_bytes = int(math.prod(cache.shape[1:])) * cache.dtype.itemsize
-        self.stream.copy(x.buffer, cache.buffer, t * row_bytes, 0, start * row_bytes)
+        row = int(math.prod(cache.shape[1:]))
+        if cache.dtype.itemsize != 4:  # 32-bit caches go through the shader (replayable)
+            nbytes = row * cache.dtype.itemsize
+            self.stream.copy(x.buffer, cache.buffer, t * nbytes, 0, start * nbytes)
+            return
+        if t * row == 0:
+            return
+        self._run(
+            "kv_store",
+            [x, cache, self._step_value(start)],
+            pack_push("II", t * row, row),
+            (self._groups(t * row, ELEMENTWISE_WG), 1, 1),
+            (ELEMENTWISE_WG,),
+        )
+
+    def _step_value(self, value: int) -> VulkanArray:
+        """``value`` in a one-word device buffer, shared by the ops of the open step."""
+        epoch = self.stream.epoch
+        if self._step_values.get("epoch") != epoch:
+            self._step_values = {"epoch": epoch}
+        found = self._step_values.get(value)
+        if found is None:
+            found = self._step_values[value] = self.to_device(np.array([value], np.uint32))
+        return found
 
     def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> VulkanArray:
         q = self._dev(q, "attention")
@@ -483,8 +537,8 @@ class VulkanProvider:
             raise UnsupportedOperationError(f"attention: head dim {d} is too large")
         self._run(
             "attention",
-            [q, k_cache, v_cache, out],
-            pack_push("IIIIIf", t, hq, hkv, d, start, 1.0 / math.sqrt(d)),
+            [q, k_cache, v_cache, out, self._step_value(start)],
+            pack_push("IIIIf", t, hq, hkv, d, 1.0 / math.sqrt(d)),
             (self._groups(t * hq, 1), 1, 1),
             (wg,),
         )

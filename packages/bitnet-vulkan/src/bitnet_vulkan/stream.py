@@ -1,22 +1,31 @@
-"""Recording work for the device: one command buffer per step, submitted when results are needed.
+"""Recording work for the device: one submission a step, replayed when the step repeats.
 
-Ops do not submit: each one records its dispatch (or copy) into the open
-command buffer, followed by a global compute/transfer memory barrier, so a
-whole decode step (every layer) becomes one ``vkQueueSubmit`` that runs when
-the host reads something back (``download``) or calls ``flush``. Descriptor
-sets are cached per (layout, buffers), and buffers come from a pool of size
-classes, so a steady decode loop re-records with no allocation.
+Ops do not submit: each appends its dispatch (or copy, or fill) to the list
+of the open step, and the list runs as one ``vkQueueSubmit`` when the host
+reads something back (``download``) or calls ``flush``. At that point the
+list is compared with the steps recorded before (up to ``RECORDED_STEPS``
+of them): a step identical in pipelines, descriptor sets, push constants and
+sizes resubmits the command buffer recorded for it, with no re-recording
+(``stats["replays"]``); otherwise a command buffer is recorded from the list,
+each command followed by a global compute/transfer memory barrier. Values
+that change every decode step (token ids, rope tables, the cache position)
+live in small buffers the host rewrites, not in push constants, so decode
+steps repeat exactly once the buffer pool has settled.
 
-Why reusing a pooled buffer inside one recording is safe: every command is
+Descriptor sets are cached per (layout, buffers), and buffers come from a
+pool of size classes, so a steady decode loop allocates nothing.
+
+Why reusing a pooled buffer inside one step is safe: every command is
 followed by a barrier that orders all earlier device work before all later
 work. Host writes are not ordered by barriers, so a buffer the host writes
-into must not be used by the open recording (``Buffer.last_epoch``).
+into must not be used by the open step (``Buffer.last_epoch``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import struct
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -30,6 +39,7 @@ from .pipelines import Pipeline
 DESCRIPTOR_SETS = 4096
 MAX_BINDINGS = 8
 STAGING_FLUSH_BYTES = 256 << 20
+RECORDED_STEPS = 4
 WHOLE_SIZE = 0xFFFFFFFFFFFFFFFF
 
 
@@ -52,27 +62,16 @@ class CommandStream:
             "VkCommandPoolCreateInfo*",
             {
                 "sType": vk.VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
-                "flags": vk.VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
+                "flags": vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                 "queueFamilyIndex": ctx.info.compute_family,
             },
         )
         out = ffi.new("VkCommandPool*")
         vkapi.check("vkCreateCommandPool", lib.vkCreateCommandPool(dev, pool_info, ffi.NULL, out))
         self.command_pool = out[0]
-        alloc = ffi.new(
-            "VkCommandBufferAllocateInfo*",
-            {
-                "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                "commandPool": self.command_pool,
-                "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                "commandBufferCount": 1,
-            },
-        )
-        self.cmd_ptr = ffi.new("VkCommandBuffer*")
-        vkapi.check(
-            "vkAllocateCommandBuffers", lib.vkAllocateCommandBuffers(dev, alloc, self.cmd_ptr)
-        )
-        self.cmd = self.cmd_ptr[0]
+        # recorded steps: key -> (command buffer pointer, submit info), least recently used first
+        self._recorded: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
+        self._spare: list[tuple[Any, Any]] = []
         fence_info = ffi.new(
             "VkFenceCreateInfo*", {"sType": vk.VK_STRUCTURE_TYPE_FENCE_CREATE_INFO}
         )
@@ -120,45 +119,57 @@ class CommandStream:
             },
         )
         self._stages = vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT
-        self._submit = ffi.new(
-            "VkSubmitInfo*",
-            {
-                "sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO,
-                "commandBufferCount": 1,
-                "pCommandBuffers": self.cmd_ptr,
-            },
-        )
         self._begin = ffi.new(
             "VkCommandBufferBeginInfo*",
             {
                 "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                "flags": vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
             },
         )
         self._push = ffi.new("char[]", 128)
-        self.recording = False
+        self._cmds: list[tuple[tuple, Any]] = []  # (key, how to record it) of the open step
         self.epoch = 0
-        self._free: dict[tuple[bool, int], list[Buffer]] = {}
+        # pooled buffers by (host-visible staging?, size class), in allocation order
+        self._arena: dict[tuple[bool, int], list[Buffer]] = {}
         self._staging_in_use: list[Buffer] = []
         self._staging_bytes = 0
         self._doomed: list[Buffer] = []
-        self.stats = {"submits": 0, "dispatches": 0, "copies": 0, "descriptor_sets": 0}
+        self.stats = {
+            "submits": 0,
+            "replays": 0,
+            "recorded": 0,
+            "dispatches": 0,
+            "copies": 0,
+            "descriptor_sets": 0,
+        }
+
+    @property
+    def recording(self) -> bool:
+        """Whether the open step holds commands that have not run yet."""
+        return bool(self._cmds)
 
     # --- buffers ----------------------------------------------------------------
     def acquire(self, nbytes: int, host_write: bool = False) -> Buffer:
-        """A device buffer of at least ``nbytes`` from the pool (``host_write``: not in use)."""
+        """A device buffer of at least ``nbytes`` from the pool (``host_write``: not in use).
+
+        The first free buffer of the size class in allocation order, not the most
+        recently released one: the same sequence of acquires and releases then gets
+        the same buffers every decode step, so the step repeats and is replayed.
+        """
         size = size_class(nbytes)
         limit = self.ctx.info.limits["max_storage_buffer_range"]
         if size > limit >= nbytes:
             size = max(int(nbytes), 16)
-        free = self._free.get((False, size))
-        if free:
-            if not host_write:
-                return free.pop()
-            for i in range(len(free) - 1, -1, -1):
-                if free[i].last_epoch < self.epoch:
-                    return free.pop(i)
-        return self.ctx.allocate(size, host=False, pooled=True)
+        return self._take((False, size), host_write)
+
+    def _take(self, cls: tuple[bool, int], host_write: bool) -> Buffer:
+        arena = self._arena.setdefault(cls, [])
+        for b in arena:
+            if b.free and (not host_write or b.last_epoch < self.epoch):
+                b.free = False
+                return b
+        buf = self.ctx.allocate(cls[1], host=cls[0], pooled=True)
+        arena.append(buf)
+        return buf
 
     def allocate_exact(self, nbytes: int) -> Buffer:
         """A buffer of its own (weights, tables): destroyed, not pooled, when released."""
@@ -166,11 +177,12 @@ class CommandStream:
 
     def release(self, buf: Buffer) -> None:
         """Give a buffer back: pooled ones to their free list, others destroyed once idle."""
-        if not buf.alive:
+        if not buf.alive or self.ctx.device is None:
             return
         if buf.pooled:
-            self._free.setdefault((False, buf.size), []).append(buf)
-        elif self.recording and buf.last_epoch == self.epoch:
+            buf.free = True
+        elif self.recording:
+            # destroying it means resetting the descriptor pool, which the open recording uses
             self._doomed.append(buf)
         else:
             self._destroy([buf])
@@ -178,11 +190,13 @@ class CommandStream:
     def _destroy(self, bufs: list[Buffer]) -> None:
         for b in bufs:
             self.ctx.destroy(b)
-        # cached descriptor sets may name the destroyed buffers: start the cache afresh
+        # cached descriptor sets and recorded steps may name them: start afresh
+        self._forget_recorded()
         self._reset_descriptors()
 
     def _reset_descriptors(self) -> None:
-        if self._sets:
+        if self._sets and self.ctx.device is not None:
+            self._forget_recorded()
             self._sets.clear()
             vkapi.check(
                 "vkResetDescriptorPool",
@@ -190,21 +204,12 @@ class CommandStream:
             )
 
     def _staging(self, nbytes: int) -> Buffer:
-        size = size_class(nbytes)
-        free = self._free.get((True, size))
-        buf = free.pop() if free else self.ctx.allocate(size, host=True, pooled=True)
+        buf = self._take((True, size_class(nbytes)), host_write=False)
         self._staging_in_use.append(buf)
-        self._staging_bytes += size
+        self._staging_bytes += buf.size
         return buf
 
     # --- recording ----------------------------------------------------------------
-    def _open(self) -> None:
-        if not self.recording:
-            vkapi.check(
-                "vkBeginCommandBuffer", self.lib.vkBeginCommandBuffer(self.cmd, self._begin)
-            )
-            self.recording = True
-
     def _descriptor_set(self, pipeline: Pipeline, buffers: list[Buffer]) -> Any:
         key = (pipeline.bindings, pipeline.set_layout, *(b.handle for b in buffers))
         found = self._sets.get(key)
@@ -244,9 +249,10 @@ class CommandStream:
             w.descriptorType = vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
             w.pBufferInfo = infos + i
         lib.vkUpdateDescriptorSets(self.ctx.device, n, writes, 0, ffi.NULL)
-        self._sets[key] = out
+        found = (out, int(ffi.cast("uintptr_t", out[0])))
+        self._sets[key] = found
         self.stats["descriptor_sets"] += 1
-        return out
+        return found
 
     def dispatch(
         self,
@@ -255,7 +261,7 @@ class CommandStream:
         push: bytes,
         groups: tuple[int, int, int],
     ) -> None:
-        """Record one dispatch of ``pipeline`` over ``buffers`` (bindings 0..n-1) and a barrier."""
+        """Add one dispatch of ``pipeline`` over ``buffers`` (bindings 0..n-1) to the open step."""
         if len(buffers) != pipeline.bindings:
             raise ProviderError(f"pipeline takes {pipeline.bindings} buffers, got {len(buffers)}")
         limits = self.ctx.info.limits
@@ -267,52 +273,113 @@ class CommandStream:
             or y > limits["max_workgroup_count_y"]
         ):
             raise ProviderError(f"workgroup count {groups} outside the device's limits")
-        dset = self._descriptor_set(pipeline, buffers)
-        self._open()
-        vk, ffi, lib, cmd = self.vk, self.ffi, self.lib, self.cmd
-        lib.vkCmdBindPipeline(cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
-        lib.vkCmdBindDescriptorSets(
-            cmd, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.layout, 0, 1, dset, 0, ffi.NULL
-        )
-        if push:
-            ffi.memmove(self._push, push, len(push))
-            lib.vkCmdPushConstants(
-                cmd, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, len(push), self._push
-            )
-        lib.vkCmdDispatch(cmd, x, y, z)
-        self._record_barrier()
+        dset, dset_key = self._descriptor_set(pipeline, buffers)
+        self._cmds.append((("d", pipeline.key, dset_key, push, x, y, z), (pipeline, dset)))
         for b in buffers:
             b.last_epoch = self.epoch
         self.stats["dispatches"] += 1
 
-    def _record_barrier(self) -> None:
-        self.lib.vkCmdPipelineBarrier(
-            self.cmd,
-            self._stages,
-            self._stages,
-            0,
-            1,
-            self._barrier,
-            0,
-            self.ffi.NULL,
-            0,
-            self.ffi.NULL,
-        )
-
     def copy(
         self, src: Buffer, dst: Buffer, nbytes: int, src_offset: int = 0, dst_offset: int = 0
     ) -> None:
-        """Record a buffer-to-buffer copy and a barrier."""
+        """Add a buffer-to-buffer copy to the open step."""
         if nbytes <= 0:
             return
-        self._open()
-        region = self.ffi.new(
-            "VkBufferCopy*", {"srcOffset": src_offset, "dstOffset": dst_offset, "size": nbytes}
-        )
-        self.lib.vkCmdCopyBuffer(self.cmd, src.handle, dst.handle, 1, region)
-        self._record_barrier()
+        key = ("c", src.key, dst.key, nbytes, src_offset, dst_offset)
+        self._cmds.append((key, (src, dst)))
         src.last_epoch = dst.last_epoch = self.epoch
         self.stats["copies"] += 1
+
+    def fill_zero(self, buf: Buffer, nbytes: int) -> None:
+        """Add zeroing the first ``nbytes`` (rounded up to words) of ``buf`` to the open step."""
+        if nbytes <= 0:
+            return
+        self._cmds.append((("f", buf.key, -(-nbytes // 4) * 4), buf))
+        buf.last_epoch = self.epoch
+
+    def _record(self, cmd: Any) -> None:
+        """Record the open step into ``cmd``, a barrier after every command."""
+        vk, ffi, lib = self.vk, self.ffi, self.lib
+        vkapi.check("vkBeginCommandBuffer", lib.vkBeginCommandBuffer(cmd, self._begin))
+        compute = vk.VK_PIPELINE_BIND_POINT_COMPUTE
+        stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
+        bound = None
+        for key, what in self._cmds:
+            kind = key[0]
+            if kind == "d":
+                pipeline, dset = what
+                push, x, y, z = key[3], key[4], key[5], key[6]
+                if bound is not pipeline:
+                    lib.vkCmdBindPipeline(cmd, compute, pipeline.handle)
+                    bound = pipeline
+                lib.vkCmdBindDescriptorSets(cmd, compute, pipeline.layout, 0, 1, dset, 0, ffi.NULL)
+                if push:
+                    ffi.memmove(self._push, push, len(push))
+                    lib.vkCmdPushConstants(cmd, pipeline.layout, stage, 0, len(push), self._push)
+                lib.vkCmdDispatch(cmd, x, y, z)
+            elif kind == "c":
+                src, dst = what
+                region = ffi.new(
+                    "VkBufferCopy*", {"srcOffset": key[4], "dstOffset": key[5], "size": key[3]}
+                )
+                lib.vkCmdCopyBuffer(cmd, src.handle, dst.handle, 1, region)
+            else:
+                lib.vkCmdFillBuffer(cmd, what.handle, 0, key[2], 0)
+            lib.vkCmdPipelineBarrier(
+                cmd, self._stages, self._stages, 0, 1, self._barrier, 0, ffi.NULL, 0, ffi.NULL
+            )
+        lib.vkCmdPipelineBarrier(
+            cmd,
+            self._stages,
+            vk.VK_PIPELINE_STAGE_HOST_BIT,
+            0,
+            1,
+            self._host_barrier,
+            0,
+            ffi.NULL,
+            0,
+            ffi.NULL,
+        )
+        vkapi.check("vkEndCommandBuffer", lib.vkEndCommandBuffer(cmd))
+
+    def _command_buffer(self) -> tuple[Any, Any]:
+        """A command buffer to record into (a spare one, the least recently used, or a new one)."""
+        vk, ffi, lib = self.vk, self.ffi, self.lib
+        if self._spare:
+            ptr, submit = self._spare.pop()
+        elif len(self._recorded) >= RECORDED_STEPS:
+            _, (ptr, submit) = self._recorded.popitem(last=False)
+        else:
+            alloc = ffi.new(
+                "VkCommandBufferAllocateInfo*",
+                {
+                    "sType": vk.VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                    "commandPool": self.command_pool,
+                    "level": vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                    "commandBufferCount": 1,
+                },
+            )
+            ptr = ffi.new("VkCommandBuffer*")
+            vkapi.check(
+                "vkAllocateCommandBuffers",
+                lib.vkAllocateCommandBuffers(self.ctx.device, alloc, ptr),
+            )
+            submit = ffi.new(
+                "VkSubmitInfo*",
+                {
+                    "sType": vk.VK_STRUCTURE_TYPE_SUBMIT_INFO,
+                    "commandBufferCount": 1,
+                    "pCommandBuffers": ptr,
+                },
+            )
+            return ptr, submit
+        vkapi.check("vkResetCommandBuffer", lib.vkResetCommandBuffer(ptr[0], 0))
+        return ptr, submit
+
+    def _forget_recorded(self) -> None:
+        """Recorded steps name descriptor sets and buffers: drop them when those go."""
+        self._spare.extend(self._recorded.values())
+        self._recorded.clear()
 
     def upload(self, buf: Buffer, data: np.ndarray, offset: int = 0) -> None:
         """Write host bytes into ``buf`` (directly where mapped, else through staging)."""
@@ -342,38 +409,38 @@ class CommandStream:
         return staging.mapped[:nbytes].copy()
 
     def flush(self) -> None:
-        """Submit the open recording, wait for it, and recycle what it held."""
-        if not self.recording:
+        """Run the open step (replaying its command buffer if it ran before), wait, recycle."""
+        if not self._cmds:
             return
-        ffi, lib, dev = self.ffi, self.lib, self.ctx.device
-        vk = self.vk
-        lib.vkCmdPipelineBarrier(
-            self.cmd,
-            self._stages,
-            vk.VK_PIPELINE_STAGE_HOST_BIT,
-            0,
-            1,
-            self._host_barrier,
-            0,
-            ffi.NULL,
-            0,
-            ffi.NULL,
-        )
-        self.recording = False
-        vkapi.check("vkEndCommandBuffer", lib.vkEndCommandBuffer(self.cmd))
+        lib, dev = self.lib, self.ctx.device
+        key = tuple(k for k, _ in self._cmds)
+        found = self._recorded.get(key)
+        if found is not None:
+            self._recorded.move_to_end(key)
+            self.stats["replays"] += 1
+        else:
+            found = self._command_buffer()
+            try:
+                self._record(found[0][0])
+            except BaseException:
+                self._spare.append(found)
+                self._cmds.clear()
+                raise
+            self._recorded[key] = found
+            self.stats["recorded"] += 1
+        self._cmds.clear()
         vkapi.check(
-            "vkQueueSubmit", lib.vkQueueSubmit(self.ctx.queue, 1, self._submit, self.fence_ptr[0])
+            "vkQueueSubmit", lib.vkQueueSubmit(self.ctx.queue, 1, found[1], self.fence_ptr[0])
         )
         vkapi.check(
             "vkWaitForFences",
             lib.vkWaitForFences(dev, 1, self.fence_ptr, 1, 0xFFFFFFFFFFFFFFFF),
         )
         vkapi.check("vkResetFences", lib.vkResetFences(dev, 1, self.fence_ptr))
-        vkapi.check("vkResetCommandPool", lib.vkResetCommandPool(dev, self.command_pool, 0))
         self.epoch += 1
         self.stats["submits"] += 1
-        for s in self._staging_in_use:
-            self._free.setdefault((True, s.size), []).append(s)
+        for buf in self._staging_in_use:
+            buf.free = True
         self._staging_in_use.clear()
         self._staging_bytes = 0
         if self._doomed:
@@ -387,10 +454,11 @@ class CommandStream:
         if self.recording:
             with contextlib.suppress(ProviderError):
                 self.flush()
-        for bufs in self._free.values():
+        self._forget_recorded()
+        for bufs in self._arena.values():
             for b in bufs:
                 self.ctx.destroy(b)
-        self._free.clear()
+        self._arena.clear()
         for b in self._doomed:
             self.ctx.destroy(b)
         self._doomed.clear()

@@ -10,6 +10,7 @@ buffer written just before that submission.
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,19 @@ PARAM_SLOT = 256  # bytes per dispatch's uniform parameters (>= any minUniformBu
 PARAM_SLOTS = 2048
 
 
+def _quiet_headless_wsi() -> None:
+    """Give Mesa/EGL a private XDG_RUNTIME_DIR when none is set (headless servers, CI).
+
+    wgpu-native probes its OpenGL backend too, and Mesa then prints
+    "XDG_RUNTIME_DIR is invalid or not set" on every start; compute needs no
+    display, so a private empty directory is all it wants.
+    """
+    if not os.environ.get("XDG_RUNTIME_DIR"):
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="bitnet-xdg-")
+
+
 def import_wgpu() -> Any:
+    _quiet_headless_wsi()
     try:
         import wgpu
     except Exception as exc:  # ImportError, or wgpu-native failing to load
@@ -96,6 +109,9 @@ class Device:
         self.max_workgroups = int(lim["max-compute-workgroups-per-dimension"])
         self._pipelines: dict[tuple[str, frozenset[str]], Any] = {}
         self.dot4 = self._supports_dot4()
+        layout = os.environ.get("BITNET_WEBGPU_LAYOUT", "").strip().lower()
+        #: matmuls with one invocation per output row (CPU adapters) instead of a workgroup per row
+        self.rows_layout = layout == "rows" or (layout != "groups" and self.is_cpu)
         BU = self.wgpu.BufferUsage
         self._params = self.device.create_buffer(
             size=PARAM_SLOT * PARAM_SLOTS, usage=BU.UNIFORM | BU.COPY_DST

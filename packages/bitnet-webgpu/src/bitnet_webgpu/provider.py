@@ -159,6 +159,14 @@ class WebGPUProvider(ReferenceProvider):
         n = math.prod(shape)
         return GpuArray(self.dev.buffer(n * 4, "array"), tuple(shape), kind)
 
+    def reshape(self, array: GpuArray, shape: tuple[int, ...]) -> GpuArray:
+        """A view of the same buffer with another row-major shape (f32/i32 arrays)."""
+        if not isinstance(array, GpuArray) or array.kind not in ("f32", "i32"):
+            raise UnsupportedOperationError("webgpu: reshape works on float32/int32 device arrays")
+        if math.prod(shape) != array.size:
+            raise ShapeError(f"reshape: {array.shape} cannot become {tuple(shape)}")
+        return GpuArray(array.buffer, tuple(shape), array.kind)
+
     def _new(self, shape: tuple[int, ...], what: str = "activations") -> GpuArray:
         return GpuArray(self.dev.buffer(math.prod(shape) * 4, what), tuple(shape), "f32")
 
@@ -245,14 +253,23 @@ class WebGPUProvider(ReferenceProvider):
             )
         out = self._new((t, weight.rows))
         if t and weight.rows:
-            gx, gz = self._rows_grid(weight.rows)
+            groups, defines = self._matmul_groups(weight.rows, t)
             params = np.array(
-                [weight.rows, weight.kw16, t, xq.row_words, gx, 0, 0, 0], dtype=np.uint32
+                [weight.rows, weight.kw16, t, xq.row_words, groups[0], 0, 0, 0], dtype=np.uint32
             )
             bufs = [weight.words, weight.scales, xq.buffer, xs.buffer, xq.xsum, out.buffer]
-            defines = frozenset({"DOT4"}) if self.dev.dot4 else frozenset()
-            self.dev.dispatch("matmul_i2s", params, bufs, (gx, -(-t // TT), gz), defines)
+            if self.dev.dot4:
+                defines |= {"DOT4"}
+            self.dev.dispatch("matmul_i2s", params, bufs, groups, defines)
         return out
+
+    def _matmul_groups(self, n: int, t: int) -> tuple[tuple[int, int, int], frozenset[str]]:
+        """Grid of a matmul over ``n`` output rows: a row per invocation or per workgroup."""
+        if self.dev.rows_layout:
+            gx, gz = self._rows_grid(-(-n // 64))
+            return (gx, 1, gz), frozenset({"ROWS"})
+        gx, gz = self._rows_grid(n)
+        return (gx, -(-t // TT), gz), frozenset()
 
     def linear(self, x: Any, weight: GpuTernary) -> GpuArray:
         xq, xs = self.quantize_act(x)
@@ -280,10 +297,10 @@ class WebGPUProvider(ReferenceProvider):
         if t and n:
             f16 = 1 if table.kind == "f16" else 0
             kw = table.row_words if f16 else k
-            gx, gz = self._rows_grid(n)
-            params = np.array([n, k, t, kw, f16, gx, 0, 0], dtype=np.uint32)
+            groups, defines = self._matmul_groups(n, t)
+            params = np.array([n, k, t, kw, f16, groups[0], 0, 0], dtype=np.uint32)
             self.dev.dispatch(
-                "matmul_dense", params, [table.buffer, x.buffer, out.buffer], (gx, -(-t // TT), gz)
+                "matmul_dense", params, [table.buffer, x.buffer, out.buffer], groups, defines
             )
         return out
 

@@ -3,12 +3,15 @@
 Importable without bitnet-core, so the build-time shader check can use it.
 
 WGSL has no preprocessor; our shaders use ``#ifdef NAME`` / ``#else`` /
-``#endif`` lines for the one choice that matters (``DOT4``: use
-``dot4I8Packed``, else plain integer math), resolved here before compiling.
+``#endif`` lines for the choices that matter (``DOT4``: use ``dot4I8Packed``,
+else plain integer math; ``ROWS``: one invocation per output row, for
+CPU-like adapters, else one workgroup per row), resolved before compiling.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 from functools import cache
 from pathlib import Path
 
@@ -59,5 +62,10 @@ def preprocess(source: str, defines: frozenset[str] = frozenset()) -> str:
 
 
 def variants(name: str) -> list[frozenset[str]]:
-    """Every define set a shader is compiled with (for the build-time check)."""
-    return [frozenset(), frozenset({"DOT4"})] if "#ifdef" in shader_source(name) else [frozenset()]
+    """Every define set a shader can be compiled with (for the build-time check)."""
+    names = sorted(set(re.findall(r"^\s*#ifdef\s+(\w+)", shader_source(name), re.M)))
+    return [
+        frozenset(combo)
+        for r in range(len(names) + 1)
+        for combo in itertools.combinations(names, r)
+    ]

@@ -61,12 +61,12 @@ def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def apply_threads(threads: int | None) -> None:
-    """``--threads``: exported as ``BITNET_NUM_THREADS``/``OMP_NUM_THREADS`` before providers load."""
+    """``--threads``: exported as ``BITNET_THREADS``/``OMP_NUM_THREADS`` before providers load."""
     if threads is None:
         return
     if threads <= 0:
         raise ConfigError(f"--threads must be a positive integer, got {threads}")
-    os.environ["BITNET_NUM_THREADS"] = str(threads)
+    os.environ["BITNET_THREADS"] = str(threads)
     os.environ["OMP_NUM_THREADS"] = str(threads)
 
 

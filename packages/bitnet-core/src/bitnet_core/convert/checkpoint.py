@@ -14,7 +14,7 @@ from ..formats import ternarize_rows
 from ..hal.weights import TernaryWeight
 from ..tokenizer import tokenizer_metadata_from_hf
 from .hf_config import HFModelInfo, read_hf_config
-from .names import gguf_name, hf_layer_name
+from .names import gguf_name, hf_layer_names
 from .packed import bitnet_scale, unpack_bitnet_weight
 from .safetensors import Checkpoint
 from .types import CONVERT_TYPES
@@ -74,7 +74,9 @@ def load_tensors(src: Path, info: HFModelInfo, *, progress: bool | None = None) 
     ternary = set(c.TERNARY_LAYER_TENSORS)
     for i in range(cfg.num_layers):
         for tmpl in c.TERNARY_LAYER_TENSORS + c.NORM_LAYER_TENSORS:
-            plan.append((tmpl.format(i=i), hf_layer_name(i, tmpl), tmpl in ternary))
+            aliases = hf_layer_names(i, tmpl)
+            hf = next((a for a in aliases if a in ckpt), aliases[0])
+            plan.append((tmpl.format(i=i), hf, tmpl in ternary))
     missing = [hf for _, hf, _ in plan if hf not in ckpt]
     if missing:
         raise UnsupportedModelError(

@@ -132,19 +132,28 @@ def random_hf_checkpoint(
     return model
 
 
+def pack_bitnet_weight(codes: np.ndarray) -> np.ndarray:
+    """transformers' ``pack_weights``: ternary ``[rows, cols]`` (rows % 4 == 0) to uint8 ``[rows/4, cols]``."""
+    rows = codes.shape[0]
+    if rows % 4:
+        raise ConfigError(f"packing needs a multiple of 4 rows, got {rows}")
+    r = rows // 4
+    u = (codes.astype(np.int16) + 1).astype(np.uint8)
+    return u[:r] | (u[r : 2 * r] << 2) | (u[2 * r : 3 * r] << 4) | (u[3 * r :] << 6)
+
+
 def _repack(directory: Path, scales: dict[str, float]) -> None:
     """Rewrite the BitLinear weights the way transformers' packed ``bitnet`` quantization stores them."""
     import torch
     from safetensors.torch import load_file, save_file
-    from transformers.integrations.bitnet import pack_weights
 
     for f in sorted(directory.glob("*.safetensors")):
         sd = load_file(str(f))
         out = {}
         for name, t in sd.items():
             if name in scales:
-                codes = torch.round(t.float() / scales[name]).to(torch.int8)
-                out[name] = pack_weights(codes.clone())
+                codes = np.round(t.float().numpy() / scales[name]).astype(np.int8)
+                out[name] = torch.from_numpy(pack_bitnet_weight(codes))
                 out[name[: -len(".weight")] + ".weight_scale"] = torch.tensor(
                     [1.0 / scales[name]], dtype=t.dtype
                 )

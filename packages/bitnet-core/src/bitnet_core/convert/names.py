@@ -23,12 +23,11 @@ _LAYER = {
     "mlp.up_proj.weight": c.FFN_UP,
     "mlp.down_proj.weight": c.FFN_DOWN,
     "mlp.ffn_sub_norm.weight": c.FFN_SUB_NORM,
+    # 1bitLLM's bitnet_b1_58 checkpoints (llama.cpp's gguf-py tensor_mapping.py)
+    "self_attn.inner_attn_ln.weight": c.ATTN_SUB_NORM,
+    "mlp.ffn_layernorm.weight": c.FFN_SUB_NORM,
 }
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
-#: Per-layer HF modules that are BitLinear (ternary) layers.
-TERNARY_MODULES = tuple(
-    k[: -len(".weight")] for k, v in _LAYER.items() if v in c.TERNARY_LAYER_TENSORS
-)
 
 
 def gguf_name(hf_name: str) -> str | None:
@@ -41,9 +40,9 @@ def gguf_name(hf_name: str) -> str | None:
     return None
 
 
-def hf_layer_name(i: int, gguf_template: str) -> str:
-    """The HF name of layer ``i``'s tensor ``gguf_template`` (``blk.{i}.attn_q.weight``)."""
-    for hf, g in _LAYER.items():
-        if g == gguf_template:
-            return f"model.layers.{i}.{hf}"
-    raise KeyError(gguf_template)
+def hf_layer_names(i: int, gguf_template: str) -> list[str]:
+    """The HF names (aliases) of layer ``i``'s tensor ``gguf_template`` (``blk.{i}.attn_q.weight``)."""
+    names = [f"model.layers.{i}.{hf}" for hf, g in _LAYER.items() if g == gguf_template]
+    if not names:
+        raise KeyError(gguf_template)
+    return names

@@ -183,6 +183,8 @@ class GGUFFile:
     def raw(self, name: str) -> np.ndarray:
         """The tensor's bytes: a read-only ``numpy.memmap`` view of the file."""
         info = self.tensor_info(name)
+        if self._map is None:
+            raise ModelFileError("the file is closed", self.path)
         return self._map[info.offset : info.offset + info.nbytes]
 
     def dense(self, name: str) -> np.ndarray:

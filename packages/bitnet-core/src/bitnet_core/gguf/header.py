@@ -22,6 +22,7 @@ from gguf import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
 from ..errors import GGUFFormatError
 
 MAX_DIMS = 4  # GGML_MAX_DIMS
+_U64 = struct.Struct("<Q")
 MAX_ARRAY_DEPTH = 3
 #: Upper bound of any count (tensors, keys, array items): a 256k-token
 #: vocabulary is far below it; a hostile count is refused before any work.
@@ -92,6 +93,7 @@ class Header:
 class _Cursor:
     def __init__(self, buf: np.ndarray, path: Path) -> None:
         self.buf = buf
+        self.mv = memoryview(buf)  # cheap slices and struct reads of the map
         self.size = int(buf.shape[0])
         self.pos = 0
         self.path = path
@@ -109,7 +111,7 @@ class _Cursor:
     def scalar(self, vtype: GGUFValueType, what: str) -> Any:
         fmt, n = _SCALAR[vtype]
         self.need(n, what)
-        (v,) = struct.unpack_from(fmt, self.buf, self.pos)
+        (v,) = struct.unpack_from(fmt, self.mv, self.pos)
         self.pos += n
         return v
 
@@ -122,9 +124,27 @@ class _Cursor:
     def string(self, what: str) -> str:
         n = self.u64(f"length of {what}")
         self.need(n, what)
-        s = self.buf[self.pos : self.pos + n].tobytes().decode("utf-8", errors="replace")
+        s = str(self.mv[self.pos : self.pos + n], "utf-8", "replace")
         self.pos += n
         return s
+
+    def strings(self, n: int, what: str) -> list[str]:
+        """``n`` strings (the hot loop of token lists: no per-item method calls)."""
+        mv, pos, size, out = self.mv, self.pos, self.size, []
+        unpack = _U64.unpack_from
+        for _ in range(n):
+            if pos + 8 > size:
+                self.pos = pos
+                self.need(8, f"length of {what}")
+            (length,) = unpack(mv, pos)
+            pos += 8
+            if length > size - pos:
+                self.pos = pos
+                self.need(length, what)
+            out.append(str(mv[pos : pos + length], "utf-8", "replace"))
+            pos += length
+        self.pos = pos
+        return out
 
     def count(self, what: str, min_item: int) -> int:
         n = self.u64(what)
@@ -161,7 +181,7 @@ class _Cursor:
         min_item = 8 if itype == GGUFValueType.STRING else 12
         n = self.count(f"{what}: array length", min_item)
         if itype == GGUFValueType.STRING:
-            return [self.string(what) for _ in range(n)]
+            return self.strings(n, what)
         return [self.value(itype, what, depth + 1) for _ in range(n)]
 
 
@@ -175,6 +195,8 @@ def scan_header(buf: np.ndarray, path: Path) -> Header:
         raise cur.fail(f"not a GGUF file: bad magic {buf[:4].tobytes()!r}")
     cur.pos = 4
     version = cur.u32("version")
+    if version not in (2, 3) and struct.unpack("<I", struct.pack(">I", version))[0] in (2, 3):
+        raise cur.fail("big-endian GGUF files are not supported")
     if version not in (2, 3):
         raise cur.fail(f"unsupported GGUF version {version} (bitnet reads versions 2 and 3)")
     n_tensors = cur.count("tensor count", 24)

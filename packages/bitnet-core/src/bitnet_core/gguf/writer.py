@@ -67,6 +67,7 @@ def gguf_value(value: Any) -> tuple[Any, GGUFValueType, GGUFValueType | None]:
         return value, GGUFValueType.STRING, None
     if isinstance(value, (list, np.ndarray, tuple)):
         items = value.tolist() if isinstance(value, np.ndarray) else list(value)
+        items = [i.item() if isinstance(i, np.generic) else i for i in items]
         if not items:
             raise ModelFileError("GGUF cannot store an empty array")
         if all(isinstance(i, str) for i in items):

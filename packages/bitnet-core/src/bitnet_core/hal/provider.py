@@ -12,7 +12,12 @@ Array conventions (the numpy reference provider is the executable spec):
 - activations are float32, row-major ``[T, ...]`` with T tokens;
 - ternary weights come in as ``TernaryWeight`` and are made resident by
   ``load_ternary``; dense tables (embeddings, the tied output head) by
-  ``to_device`` and may be kept as float16 or float32.
+  ``to_device`` and may be kept as float16 or float32;
+- arrays are immutable once an op returned them: nothing writes into an op's
+  input or result except ``kv_store`` (into a cache from ``empty``), so a
+  provider may share or cache results (one activation quantization for q/k/v);
+- ``rope`` positions and ``embedding`` ids stay host numpy arrays (a provider
+  may build exact tables from them on the host).
 
 Numerics every provider must match (``bitnet_core.testing`` checks them):
 
@@ -25,6 +30,13 @@ Numerics every provider must match (``bitnet_core.testing`` checks them):
   pairs ``(2i, 2i+1)`` (GGML's default);
 - ``attention``: causal, grouped-query; query ``t`` sits at absolute position
   ``start + t`` and sees cache positions ``0 .. start + t``; scale ``1/sqrt(D)``.
+
+Optional members (``OPTIONAL_OPS``; the generic engine, ``bitnet_core.model``,
+uses them when present):
+
+- ``make_backend(weights, **opts)``: a fused Level-2 backend, or None;
+- ``set_threads(n)``: CPU threads (``bitnet run --threads``);
+- ``kernel_names()``: the kernels a receipt lists (default: the ops above).
 """
 
 from __future__ import annotations
@@ -58,6 +70,7 @@ KERNEL_INVENTORY: tuple[str, ...] = (
     "to_host",
     "empty",
     "load_ternary",
+    "reshape",
     "embedding",
     "rmsnorm",
     "quantize_act",
@@ -76,6 +89,9 @@ KERNEL_INVENTORY: tuple[str, ...] = (
     "mul",
     "quantize",
 )
+
+#: Members a provider may have; see the module docstring.
+OPTIONAL_OPS: tuple[str, ...] = ("make_backend", "set_threads", "kernel_names")
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,9 @@ class KernelProvider(Protocol):
     def to_host(self, array: Any) -> np.ndarray: ...
     def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> Any: ...
     def load_ternary(self, weight: TernaryWeight) -> Any: ...
+    def reshape(self, array: Any, shape: tuple[int, ...]) -> Any:
+        """A row-major view of ``array`` with the same number of elements (no copy)."""
+        ...
 
     # ops
     def embedding(self, table: Any, ids: np.ndarray) -> Any: ...

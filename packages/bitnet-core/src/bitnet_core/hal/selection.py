@@ -10,8 +10,9 @@ Requests:
 
 A specific request that cannot be met raises ``DeviceUnavailableError`` naming
 the reason, never a silent switch. ``BITNET_STRICT_MODE=1`` ignores fake
-devices and turns auto's fallback past an installed-but-unavailable GPU
-provider into a ``StrictModeError``. Every selection is summarised as
+devices (a request only fakes could meet is a ``StrictModeError``) and turns
+auto's fallback to the CPU, when an installed GPU provider is unavailable,
+into a ``StrictModeError``. Every selection is summarised as
 ``requested=X detected=[...] selected=Y`` (``StartupSummary``), logged at
 info level, and cached per (request, environment).
 """
@@ -143,15 +144,13 @@ def select(device: str | None = None) -> Selection:
     else:
         candidates, explicit = [r for r in records if r.name == request.name], True
 
-    if strict and any(r.fake for r in candidates):
-        fakes = [r.name for r in candidates if r.fake]
-        if request.name not in ("auto", "cpu") and all(r.fake for r in candidates):
-            raise StrictModeError(
-                f"BITNET_STRICT_MODE=1 ignores fake devices ({', '.join(fakes)}); "
-                f"no real {request.name} device is available"
-            )
-
     chosen = next((r for r in candidates if usable(r, explicit)), None)
+    if strict and chosen is None and any(r.fake for r in candidates):
+        fakes = [r.name for r in candidates if r.fake]
+        raise StrictModeError(
+            f"BITNET_STRICT_MODE=1 ignores fake devices ({', '.join(fakes)}); "
+            f"no real {request.name} device is available"
+        )
     detected = [r.name for r in records if usable(r, False)]
     unavailable = {r.name: r.probe(explicit).reason for r in records if not usable(r, explicit)}
 
@@ -160,14 +159,10 @@ def select(device: str | None = None) -> Selection:
             f"device {request.name!r} requested ({request.source}) but none is available: "
             f"{_reasons([r for r in candidates if not (strict and r.fake)], explicit, request.name)}"
         )
-    if strict and request.name == "auto":
+    if strict and request.name == "auto" and chosen.device_kind == "cpu":
+        # a missing GPU is an error in strict mode, not a silent move to the CPU
         skipped_gpus = [
-            r
-            for r in records
-            if r.device_kind == "gpu"
-            and not r.fake
-            and r.priority < chosen.priority
-            and not usable(r, False)
+            r for r in records if r.device_kind == "gpu" and not r.fake and not usable(r, False)
         ]
         if skipped_gpus:
             raise StrictModeError(

@@ -3,7 +3,7 @@ memory pool, sampling, generation, receipts, and the ``load`` API."""
 
 from .api import Model, demo_model_path, load
 from .backend import GenericBackend
-from .generation import GenerationStats, generate_tokens
+from .generation import GenerationStats, Session, generate_tokens
 from .kv_cache import EvictionPolicy, KVCache, KVCacheConfig, Sequence
 from .memory_pool import MemoryPool, PoolStats
 from .random import byte_tokenizer_metadata, random_model_file, random_weights
@@ -24,6 +24,7 @@ __all__ = [
     "Sampler",
     "SamplingParams",
     "Sequence",
+    "Session",
     "StopMatcher",
     "byte_tokenizer_metadata",
     "demo_model_path",

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, ModelFileError, TokenizerError
+from ..errors import ModelFileError, TokenizerError
 from ..hal.selection import Selection, StartupSummary, select
 from .backend import GenericBackend
-from .generation import GenerationStats, generate_tokens, stream_text
+from .generation import GenerationStats, Session, generate_tokens, stream_text
 from .kv_cache import KVCacheConfig
 from .sampling import SamplingParams
 from .weights import ModelWeights
@@ -165,33 +165,54 @@ class Model:
             )
         return self.tokenizer
 
-    def encode(self, text: str, add_bos: bool = True) -> list[int]:
-        return list(self._need_tokenizer().encode(text, add_bos=add_bos))
+    def encode(self, text: str, add_bos: bool | None = None, special: bool = False) -> list[int]:
+        """Token ids; ``add_bos=None`` does what the file asks (``tokenizer.ggml.add_bos_token``)."""
+        tok = self._need_tokenizer()
+        if special:
+            return list(tok.encode(text, add_bos=add_bos, special=True))
+        return list(tok.encode(text, add_bos=add_bos))
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._need_tokenizer().decode(list(ids))
 
     @property
     def eos_ids(self) -> list[int]:
-        eos = getattr(self.tokenizer, "eos_id", None) if self.tokenizer is not None else None
+        """Ids that end generation: the tokenizer's end-of-generation set (eos, eot...)."""
+        tok = self.tokenizer
+        if tok is None:
+            return []
+        eog = getattr(tok, "eog_ids", None)
+        if eog is not None:
+            return sorted(int(i) for i in eog)
+        eos = getattr(tok, "eos_id", None)
         return [] if eos is None or eos < 0 else [int(eos)]
 
     def _prompt_ids(self, prompt: str | Sequence[int]) -> list[int]:
         if isinstance(prompt, str):
-            return self.encode(prompt, add_bos=True)
+            return self.encode(prompt)
         if isinstance(prompt, np.ndarray):
             prompt = prompt.reshape(-1).tolist()
         return [int(t) for t in prompt]
 
+    def session(self) -> Session:
+        """A KV-cache sequence kept across calls (``stream(..., session=s)``): a chat
+        re-sends the whole conversation and only the new suffix is computed."""
+        return Session(self.backend)
+
     def stream_ids(
-        self, prompt: str | Sequence[int], max_tokens: int = 128, **sampling: Any
+        self,
+        prompt: str | Sequence[int],
+        max_tokens: int = 128,
+        *,
+        session: Session | None = None,
+        **sampling: Any,
     ) -> Iterator[int]:
         """Sampled token ids one by one (no text; works without a tokenizer)."""
         params = SamplingParams.from_kwargs(max_tokens=max_tokens, **sampling)
         ids = self._prompt_ids(prompt)
         self.last_stats, self.last_params = GenerationStats(), params
         return generate_tokens(
-            self.backend, ids, params, eos_ids=self.eos_ids, stats=self.last_stats
+            self.backend, ids, params, eos_ids=self.eos_ids, stats=self.last_stats, session=session
         )
 
     def generate_ids(
@@ -200,7 +221,12 @@ class Model:
         return list(self.stream_ids(prompt, max_tokens, **sampling))
 
     def stream(
-        self, prompt: str | Sequence[int], max_tokens: int = 128, **sampling: Any
+        self,
+        prompt: str | Sequence[int],
+        max_tokens: int = 128,
+        *,
+        session: Session | None = None,
+        **sampling: Any,
     ) -> Iterator[str]:
         """Text pieces as they are generated (stop strings cut the text and end generation)."""
         tok = self._need_tokenizer()
@@ -208,7 +234,7 @@ class Model:
         ids = self._prompt_ids(prompt)
         self.last_stats, self.last_params = GenerationStats(), params
         tokens = generate_tokens(
-            self.backend, ids, params, eos_ids=self.eos_ids, stats=self.last_stats
+            self.backend, ids, params, eos_ids=self.eos_ids, stats=self.last_stats, session=session
         )
         return stream_text(tokens, tok.decode, ids, params.stop, self.last_stats)
 
@@ -218,38 +244,14 @@ class Model:
 
     # --- chat ------------------------------------------------------------------------
     def chat_prompt(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> str:
-        """Render ``messages`` with the file's chat template (Jinja), or a plain fallback."""
-        template = getattr(self.tokenizer, "chat_template", None) if self.tokenizer else None
-        if not template:
-            lines = [f"{m['role']}: {m['content']}" for m in messages]
-            return "\n".join(lines) + ("\nassistant:" if add_generation_prompt else "")
-        try:
-            import jinja2
-            from jinja2.sandbox import ImmutableSandboxedEnvironment
-        except ImportError as exc:  # pragma: no cover - jinja2 is a dependency
-            raise ConfigError("rendering the chat template needs jinja2") from exc
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        """``messages`` rendered by the tokenizer (the file's chat template, or its plain fallback)."""
+        return self._need_tokenizer().apply_chat_template(
+            messages, add_generation_prompt=add_generation_prompt
+        )
 
-        def raise_exception(msg: str) -> None:
-            raise ConfigError(f"chat template: {msg}")
-
-        env.globals["raise_exception"] = raise_exception
-        try:
-            tpl = env.from_string(template)
-            tok = self.tokenizer
-            bos = eos = ""
-            if getattr(tok, "bos_id", None) is not None and tok.bos_id >= 0:
-                bos = tok.decode([tok.bos_id])
-            if getattr(tok, "eos_id", None) is not None and tok.eos_id >= 0:
-                eos = tok.decode([tok.eos_id])
-            return tpl.render(
-                messages=list(messages),
-                add_generation_prompt=add_generation_prompt,
-                bos_token=bos,
-                eos_token=eos,
-            )
-        except jinja2.TemplateError as exc:
-            raise ConfigError(f"chat template of the model file failed: {exc}") from exc
+    def chat_ids(self, messages: Sequence[dict]) -> list[int]:
+        """Token ids of the chat prompt (the template's special-token texts become their ids)."""
+        return self.encode(self.chat_prompt(messages), special=True)
 
     # --- receipts ---------------------------------------------------------------------
     def receipt(self, stats: GenerationStats | None = None, **extra: Any) -> dict:

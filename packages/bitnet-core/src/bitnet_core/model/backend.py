@@ -20,20 +20,51 @@ T = 1) and only the logits come back to the host. With
 ``matmul_ternary_float`` instead of ``linear`` (exact comparisons, debugging).
 
 Device arrays are opaque except for one thing: the backend reshapes them
-between ``[T, H*D]`` and ``[T, H, D]``, through ``provider.reshape(x, shape)``
-when the provider has it, else ``x.reshape(shape)`` (row-major views).
+between ``[T, H*D]`` and ``[T, H, D]``, through the protocol's
+``provider.reshape(x, shape)``; for a provider written before that op, it
+falls back to ``x.reshape(shape)``, and failing that to a host round trip
+per reshape (correct but slow, warned once).
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ConfigError, ShapeError
 from .kv_cache import KVCache, KVCacheConfig, Sequence
 from .memory_pool import MemoryPool
 from .weights import DeviceWeights, ModelWeights, check_token_ids
+
+log = logging.getLogger("bitnet")
+
+
+def make_reshape(provider: Any) -> Callable[[Any, tuple[int, ...]], Any]:
+    """The row-major reshape of device arrays for ``provider`` (see the module docstring)."""
+    own = getattr(provider, "reshape", None)
+    if callable(own):
+        return own
+    warned = False
+
+    def reshape(x: Any, shape: tuple[int, ...]) -> Any:
+        nonlocal warned
+        method = getattr(x, "reshape", None)
+        if callable(method):
+            return method(shape)
+        if not warned:
+            log.warning(
+                "provider %s has no reshape(x, shape) and its arrays no .reshape: "
+                "reshaping through the host (slow); implement KernelProvider.reshape",
+                getattr(provider, "name", type(provider).__name__),
+            )
+            warned = True
+        return provider.to_device(np.ascontiguousarray(provider.to_host(x)).reshape(shape))
+
+    return reshape
 
 
 class GenericBackend:
@@ -47,7 +78,11 @@ class GenericBackend:
         quantize_activations: bool = True,
         kv_cache: KVCacheConfig | None = None,
         progress: bool | None = None,
+        max_batch: int = 512,
     ) -> None:
+        if not isinstance(max_batch, int) or max_batch <= 0:
+            raise ConfigError(f"max_batch must be a positive integer, got {max_batch!r}")
+        self.max_batch = max_batch
         self._provider = provider
         self.config = weights.config
         self.quantize_activations = quantize_activations
@@ -64,7 +99,8 @@ class GenericBackend:
             free=self.pool.release,
             copy=lambda dst, src: provider.kv_store(dst, src, 0),
         )
-        self._reshape = getattr(provider, "reshape", None) or (lambda x, shape: x.reshape(shape))
+        self._reshape = make_reshape(provider)
+        self._lock = threading.Lock()  # one forward at a time: the device and cache are shared
         self._ffn = provider.silu_mul if cfg.ffn_activation == "silu" else provider.relu2_mul
         self._lin = provider.linear if quantize_activations else provider.matmul_ternary_float
 
@@ -77,12 +113,26 @@ class GenericBackend:
         return self.kv.new_sequence(max_tokens)
 
     def forward(self, token_ids: Any, cache: Sequence, all_logits: bool = False) -> np.ndarray:
-        """Append ``token_ids`` to ``cache``; float32 logits ``[T, vocab]`` or ``[vocab]`` (last)."""
-        p, cfg, w = self._provider, self.config, self.weights
+        """Append ``token_ids`` to ``cache``; float32 logits ``[T, vocab]`` or ``[vocab]`` (last).
+
+        Thread-safe: concurrent generations interleave one forward call at a time.
+        """
         ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
             raise ShapeError("forward needs at least one token id")
-        check_token_ids(ids, cfg.vocab_size)
+        check_token_ids(ids, self.config.vocab_size)
+        with self._lock:  # reserve inside: eviction must not hit a sequence mid-forward
+            cache.reserve(cache.length + int(ids.size))  # all of it up front, or a clear error
+            # Long prompts go in chunks of max_batch tokens (bounded activation and
+            # attention memory); the result is the same as one batch.
+            outs = [
+                self._forward(ids[i : i + self.max_batch], cache, all_logits)
+                for i in range(0, ids.size, self.max_batch)
+            ]
+        return np.concatenate(outs) if all_logits else outs[-1]
+
+    def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
+        p, cfg, w = self._provider, self.config, self.weights
         t = int(ids.size)
         start = cache.length
         cache.reserve(start + t)

@@ -21,6 +21,7 @@ class GenerationStats:
     prompt_s: float = 0.0
     decode_s: float = 0.0
     decode_steps: int = 0  # forward calls of one token
+    cached_tokens: int = 0  # prompt tokens reused from a session's KV cache
     finish_reason: str = ""  # "stop" (eos or stop string), "length", "context"
 
     @property
@@ -40,6 +41,58 @@ class GenerationStats:
         return d
 
 
+class Session:
+    """One KV-cache sequence kept across generations (a chat): each new prompt
+    reuses the cached tokens it shares as a prefix with what the sequence holds."""
+
+    def __init__(self, backend) -> None:
+        self.backend = backend
+        self.seq = None
+        self.ids: list[int] = []
+
+    @property
+    def max_len(self) -> int:
+        if self.seq is None or not self.seq.usable:
+            self.seq, self.ids = self.backend.new_cache(), []
+        return self.seq.max_len
+
+    def prefill(self, ids: list[int]) -> tuple[np.ndarray, int]:
+        """Last-position logits of ``ids``, computing only the uncached suffix; (logits, reused)."""
+        if self.seq is None or not self.seq.usable:
+            self.seq, self.ids = self.backend.new_cache(), []
+        n = 0
+        for a, b in zip(self.ids, ids):  # noqa: B905 - lengths differ by design
+            if a != b:
+                break
+            n += 1
+        n = min(n, len(ids) - 1, self.seq.length)  # at least one token to get logits from
+        self.seq.truncate(n)
+        self.ids = self.ids[:n]
+        logits = self.backend.forward(np.asarray(ids[n:]), self.seq)
+        self.ids = list(ids)
+        return logits, n
+
+    def step(self, token: int) -> np.ndarray:
+        logits = self.backend.forward(np.asarray([token]), self.seq)
+        self.ids.append(int(token))
+        return logits
+
+    @property
+    def length(self) -> int:
+        return 0 if self.seq is None else self.seq.length
+
+    def close(self) -> None:
+        if self.seq is not None:
+            self.seq.close()
+        self.seq, self.ids = None, []
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def generate_tokens(
     backend,
     prompt_ids: Sequence[int],
@@ -47,11 +100,13 @@ def generate_tokens(
     *,
     eos_ids: Sequence[int] = (),
     stats: GenerationStats | None = None,
+    session: Session | None = None,
 ) -> Iterator[int]:
     """Yield up to ``params.max_tokens`` sampled ids (eos excluded); fills ``stats`` as it goes.
 
     A prompt longer than the context raises ``ContextLengthError``; reaching the
-    context while generating ends with ``finish_reason="context"``.
+    context while generating ends with ``finish_reason="context"``. With a
+    ``session`` the KV cache survives the call and its shared prefix is reused.
     """
     stats = stats if stats is not None else GenerationStats()
     ids = [int(t) for t in prompt_ids]
@@ -59,15 +114,16 @@ def generate_tokens(
         raise ContextLengthError("the prompt is empty: nothing to condition on (add a BOS token)")
     sampler = Sampler(params)
     eos = set(int(e) for e in eos_ids)
-    seq = backend.new_cache()
+    own = session is None
+    sess = Session(backend) if own else session
     try:
-        if len(ids) >= seq.max_len:
+        if len(ids) >= sess.max_len:
             raise ContextLengthError(
-                f"prompt of {len(ids)} tokens does not fit the context of {seq.max_len} tokens"
+                f"prompt of {len(ids)} tokens does not fit the context of {sess.max_len} tokens"
             )
         stats.prompt_tokens = len(ids)
         t0 = time.perf_counter()
-        logits = backend.forward(np.asarray(ids), seq)
+        logits, stats.cached_tokens = sess.prefill(ids)
         stats.prompt_s = time.perf_counter() - t0
         history = list(ids)
         for n in range(params.max_tokens):
@@ -80,16 +136,17 @@ def generate_tokens(
             yield tok
             if n + 1 == params.max_tokens:
                 break
-            if seq.length + 1 > seq.max_len:
+            if sess.length + 1 > sess.max_len:
                 stats.finish_reason = "context"
                 return
             t0 = time.perf_counter()
-            logits = backend.forward(np.asarray([tok]), seq)
+            logits = sess.step(tok)
             stats.decode_s += time.perf_counter() - t0
             stats.decode_steps += 1
         stats.finish_reason = "length"
     finally:
-        seq.close()
+        if own:
+            sess.close()
 
 
 def stream_text(

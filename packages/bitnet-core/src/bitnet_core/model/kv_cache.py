@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import itertools
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +100,18 @@ class Sequence:
             )
         self.length += n
 
+    def truncate(self, n: int) -> None:
+        """Forget every token from position ``n`` on (keeps the memory for reuse)."""
+        if not 0 <= n <= self.length:
+            raise ContextLengthError(
+                f"sequence {self.id}: cannot truncate {self.length} tokens to {n}"
+            )
+        self.length = n
+
+    @property
+    def usable(self) -> bool:
+        return not (self.evicted or self.closed)
+
     def close(self) -> None:
         """Give the sequence's blocks back to the cache."""
         self.cache.release(self)
@@ -149,6 +162,7 @@ class KVCache:
         self.sequences: dict[int, Sequence] = {}
         self.evictions = 0
         self.used_blocks = 0
+        self._lock = threading.RLock()
 
     # --- accounting ----------------------------------------------------------
     def _tick(self) -> int:
@@ -188,14 +202,16 @@ class KVCache:
         limit = self.max_seq_len if max_tokens is None else min(max_tokens, self.max_seq_len)
         if limit <= 0:
             raise ConfigError(f"kv cache: a sequence needs max_tokens > 0, got {max_tokens}")
-        seq = Sequence(self, next(self._ids), limit)
-        self.sequences[seq.id] = seq
+        with self._lock:
+            seq = Sequence(self, next(self._ids), limit)
+            self.sequences[seq.id] = seq
         return seq
 
     def release(self, seq: Sequence) -> None:
         """Free a sequence's blocks (idempotent)."""
-        self._drop(seq)
-        seq.closed = True
+        with self._lock:
+            self._drop(seq)
+            seq.closed = True
 
     def _drop(self, seq: Sequence) -> None:
         for a in (*seq.k, *seq.v):
@@ -230,6 +246,10 @@ class KVCache:
             self.evictions += 1
 
     def _reserve(self, seq: Sequence, n_tokens: int) -> None:
+        with self._lock:
+            self._reserve_locked(seq, n_tokens)
+
+    def _reserve_locked(self, seq: Sequence, n_tokens: int) -> None:
         if seq.evicted:
             raise ContextLengthError(
                 f"sequence {seq.id} was evicted from the KV cache "

@@ -128,11 +128,26 @@ BYTE_CHAT_TEMPLATE = (
 )
 
 
+_SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+
+
+def _filler_word(i: int) -> str:
+    """A unique pronounceable word token (``Ġ`` is the byte-level space): random text reads as words."""
+    parts = []
+    while True:
+        parts.append(_SYLLABLES[i % len(_SYLLABLES)])
+        i //= len(_SYLLABLES)
+        if i == 0:
+            break
+    return "Ġ" + "".join(parts) + ("n" if len(parts) == 1 else "")
+
+
 def byte_tokenizer_metadata(vocab_size: int) -> dict[str, Any]:
     """GGUF ``tokenizer.*`` metadata of a byte-level GPT-2 BPE vocabulary of ``vocab_size`` tokens.
 
     Ids 0-255 are the bytes, then a few merges, ``<|bos|>``, ``<|eos|>``,
-    and ``<|unused_N|>`` control tokens up to ``vocab_size`` (at least 265).
+    and made-up words (`` bakan``, `` dabe``...) up to ``vocab_size`` (at
+    least 265), so a random model's output reads as words.
     """
     byte_tokens = list(_bytes_to_unicode().values())
     merged = [a + b for a, b in _MERGES]
@@ -140,10 +155,8 @@ def byte_tokenizer_metadata(vocab_size: int) -> dict[str, Any]:
     base = byte_tokens + merged + specials
     if vocab_size < len(base):
         raise ConfigError(f"byte tokenizer needs vocab_size >= {len(base)}, got {vocab_size}")
-    tokens = base + [f"<|unused_{i}|>" for i in range(vocab_size - len(base))]
-    types = [1] * (len(byte_tokens) + len(merged)) + [3] * (
-        vocab_size - len(byte_tokens) - len(merged)
-    )
+    tokens = base + [_filler_word(i) for i in range(vocab_size - len(base))]
+    types = [1] * (len(byte_tokens) + len(merged)) + [3, 3] + [1] * (vocab_size - len(base))
     bos = len(byte_tokens) + len(merged)
     return {
         "tokenizer.ggml.model": "gpt2",

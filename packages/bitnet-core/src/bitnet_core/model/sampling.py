@@ -160,6 +160,20 @@ class StopMatcher:
         self._buf = ""
         self.stopped = False
 
+    def _first_hit(self) -> int:
+        hits = [i for i in (self._buf.find(s) for s in self.stops) if i >= 0]
+        return min(hits) if hits else -1
+
+    def _first_pending(self) -> int:
+        """Where the earliest unfinished match (the buffer's tail begins a stop string) starts."""
+        n = len(self._buf)
+        longest = max(len(s) for s in self.stops)
+        for j in range(max(0, n - longest + 1), n):
+            tail = self._buf[j:]
+            if any(len(s) > len(tail) and s.startswith(tail) for s in self.stops):
+                return j
+        return n
+
     def feed(self, text: str) -> str:
         """Text that is safe to emit now (empty once a stop string was seen)."""
         if self.stopped:
@@ -168,22 +182,21 @@ class StopMatcher:
         if not self.stops:
             out, self._buf = self._buf, ""
             return out
-        hits = [i for i in (self._buf.find(s) for s in self.stops) if i >= 0]
-        if hits:
+        hit, pending = self._first_hit(), self._first_pending()
+        if hit >= 0 and hit <= pending:  # no earlier stop string can still complete
             self.stopped = True
-            out, self._buf = self._buf[: min(hits)], ""
+            out, self._buf = self._buf[:hit], ""
             return out
-        hold = 0
-        for s in self.stops:
-            for k in range(min(len(s) - 1, len(self._buf)), 0, -1):
-                if self._buf.endswith(s[:k]):
-                    hold = max(hold, k)
-                    break
-        out = self._buf[: len(self._buf) - hold]
-        self._buf = self._buf[len(self._buf) - hold :]
+        cut = pending if hit < 0 else min(pending, hit)
+        out, self._buf = self._buf[:cut], self._buf[cut:]
         return out
 
     def flush(self) -> str:
-        """The held-back tail at the end of generation."""
-        out, self._buf = ("" if self.stopped else self._buf), ""
+        """The held-back text at the end of generation (cut at a stop string it holds)."""
+        if self.stopped:
+            return ""
+        hit = self._first_hit() if self.stops else -1
+        if hit >= 0:
+            self.stopped = True
+        out, self._buf = (self._buf[:hit] if hit >= 0 else self._buf), ""
         return out

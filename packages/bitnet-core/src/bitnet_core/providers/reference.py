@@ -67,6 +67,12 @@ class ReferenceProvider:
     def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
         return np.zeros(shape, dtype=dtype)
 
+    def reshape(self, array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        try:
+            return np.asarray(array).reshape(shape)
+        except ValueError as exc:
+            raise ShapeError(f"reshape: {np.shape(array)} cannot become {shape}") from exc
+
     def load_ternary(self, weight: TernaryWeight) -> ReferenceWeight:
         codes, scales = weight.unpack()
         return ReferenceWeight(weight.name, codes, scales.astype(np.float32))

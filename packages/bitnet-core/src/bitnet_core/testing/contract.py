@@ -109,5 +109,6 @@ def error_cases() -> list[ErrorCase]:
         ErrorCase("kv_store-head-mismatch", lambda p: p.kv_store(_cache(p, 4, 2, 3), upload(p, _f32(1, 3, 3)), 0)),
         ErrorCase("attention-heads-not-grouped", lambda p: p.attention(upload(p, _f32(1, 3, 4)), _cache(p, 8, 2, 4), _cache(p, 8, 2, 4), 0)),
         ErrorCase("attention-past-cache", lambda p: p.attention(upload(p, _f32(2, 2, 4)), _cache(p, 8, 2, 4), _cache(p, 8, 2, 4), 7)),
+        ErrorCase("reshape-wrong-size", lambda p: p.reshape(upload(p, _f32(2, 3)), (4, 2))),
         ErrorCase("attention-head-dim-mismatch", lambda p: p.attention(upload(p, _f32(1, 2, 5)), _cache(p, 8, 2, 4), _cache(p, 8, 2, 4), 0)),
     ]  # fmt: skip

@@ -10,6 +10,10 @@ when it offers one (``make_backend``) else the generic engine, and on
 - ``prefill``: the logits of every position of one prompt;
 - ``decode``: a short prefill then single-token steps (the KV cache path),
   each step's logits;
+- ``file-<format>``: the same model written to GGUF with its ternary layers in
+  that format (``tq2_0``, ``tq1_0``, ``i2_s``, ``qk256``) and read back
+  through ``bitnet_core.gguf``, so the provider gets file-backed weights
+  (``TernaryWeight.raw`` in the file's layout): prefill logits;
 - ``greedy``: argmax decoding of 12 tokens; the token sequences must be
   identical up to the first step where the reference's best two logits are
   closer than twice the provider's logit error at that step (a tie the
@@ -73,7 +77,15 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
     ),
 }  # fmt: skip
 
+#: The model written to GGUF per format (block formats need multiples of 256).
+FILE_CONFIG: dict[str, Any] = dict(
+    vocab_size=300, hidden_size=256, num_layers=1, num_heads=4, num_kv_heads=2,
+    intermediate_size=768, context_length=32, ffn_activation="relu2",
+)  # fmt: skip
+FILE_FORMATS = ("tq2_0", "tq1_0", "i2_s", "qk256")
+
 _REFERENCE_BACKENDS: dict[str, Any] = {}
+_FILES: dict[str, Any] = {}
 
 
 def _weights(config_name: str) -> Any:
@@ -168,6 +180,40 @@ def check_greedy(provider: Any, config_name: str, steps: int = 12) -> int:
     return steps
 
 
+def _file_weights(fmt: str) -> Any:
+    """The FILE_CONFIG model as a GGUF file in ``fmt``, opened (written once per process)."""
+    if fmt not in _FILES:
+        import tempfile
+
+        from ..config import BitNetConfig
+        from ..gguf import open_model_file
+        from ..model import ModelWeights, random_model_file
+
+        directory = _FILES.setdefault("dir", tempfile.TemporaryDirectory(prefix="bitnet-kit-"))
+        path = random_model_file(
+            f"{directory.name}/model-{fmt}.gguf", BitNetConfig(**FILE_CONFIG), seed=5,
+            ternary_type=fmt, tokenizer=None,
+        )  # fmt: skip
+        _FILES[fmt] = ModelWeights.from_model_file(open_model_file(path))
+    return _FILES[fmt]
+
+
+def check_file(provider: Any, fmt: str) -> None:
+    from ..model import GenericBackend
+    from ..providers.reference import ReferenceProvider
+
+    weights = _file_weights(fmt)
+    ids = np.random.default_rng(4).integers(0, FILE_CONFIG["vocab_size"], size=9)
+    key = f"file-{fmt}"
+    if key not in _REFERENCE_BACKENDS:
+        _REFERENCE_BACKENDS[key] = GenericBackend(ReferenceProvider(), weights, progress=False)
+    want = _REFERENCE_BACKENDS[key].logits(ids)
+    make = getattr(provider, "make_backend", None)
+    backend = make(weights, progress=False) if make is not None else None
+    backend = backend if backend is not None else GenericBackend(provider, weights, progress=False)
+    _close(f"prefill logits of a {fmt} GGUF model", backend.logits(ids), want)
+
+
 def model_checks() -> list[ModelCheck]:
     """The whole-model checks (one that skips with the reason when the engine is missing)."""
     if not engine_available():
@@ -179,6 +225,9 @@ def model_checks() -> list[ModelCheck]:
             checks.append(
                 ModelCheck(f"{kind}-{config_name}", lambda p, f=fn, c=config_name: f(p, c))
             )
+    if importlib.util.find_spec("bitnet_core.gguf") is not None:
+        for fmt in FILE_FORMATS:
+            checks.append(ModelCheck(f"file-{fmt}", lambda p, f=fmt: check_file(p, f)))
     return checks
 
 

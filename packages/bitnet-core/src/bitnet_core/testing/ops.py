@@ -125,6 +125,36 @@ def check_empty(p: Any, rng: np.random.Generator, shape: tuple[int, ...]) -> Non
         raise ConformanceFailure(f"empty{shape} defaults to {got.dtype}, expected float32")
 
 
+def check_reshape(p: Any, rng: np.random.Generator, t: int, h: int, d: int) -> None:
+    """The engine views ``[T, H*D]`` as ``[T, H, D]`` and back with the ``reshape`` op
+    (row-major, like numpy), on the outputs of other ops, and feeds the views to ops."""
+    x = rng.standard_normal((t, h * d)).astype(np.float32)
+    reshape = getattr(p, "reshape", None) or (lambda a, shape: a.reshape(shape))
+    dev = p.silu(upload(p, x))  # an op's output, as the engine reshapes them
+    try:
+        three = reshape(dev, (t, h, d))
+        two = reshape(three, (t, h * d))
+    except AttributeError as exc:
+        raise ConformanceFailure(
+            f"device arrays cannot be reshaped ({exc}): implement the protocol's "
+            "reshape(array, shape) op (a row-major view)"
+        ) from exc
+    flat = download(p, dev)  # the values themselves must not change: exact
+    assert_close(
+        f"reshape [{t}, {h * d}] -> [{t}, {h}, {d}]", download(p, three), flat.reshape(t, h, d)
+    )
+    assert_close(f"reshape [{t}, {h}, {d}] -> [{t}, {h * d}]", download(p, two), flat)
+    # an op on the view sees the view's shape
+    want = REFERENCE.silu(x)
+    out = download(p, p.rope(three, np.arange(t), 10000.0, "neox", d - d % 2))
+    assert_close(
+        "rope of a reshaped array",
+        out,
+        REFERENCE.rope(want.reshape(t, h, d), np.arange(t), 10000.0, "neox", d - d % 2),
+        bound=np.full(out.shape, rope_atol(t) * float(np.abs(want).max())),
+    )
+
+
 # --- ops -----------------------------------------------------------------------
 
 
@@ -434,6 +464,8 @@ def op_cases() -> list[OpCase]:
                 shape=shape, dtype=dtype)  # fmt: skip
     for shape in ((1,), (3, 5), (2, 1, 7)):
         add("empty", "x".join(map(str, shape)), check_empty, shape=shape)
+    for t, h, d in ((1, 1, 2), (3, 4, 16), (5, 3, 10)):
+        add("reshape", f"T{t}-H{h}-D{d}", check_reshape, t=t, h=h, d=d)
 
     for vocab, dim, n_ids in (
         (1, 1, 1),

@@ -39,6 +39,13 @@ attention                   rtol 1e-4, atol 2e-5
 silu, silu_mul              rtol 1e-5, atol 1e-6
 relu2, relu2_mul            rtol 1e-6, atol 0
 add, mul                    exact (one IEEE float32 operation)
+load_ternary                a weight in each file format of
+                            ``bitnet_core.formats`` through matmul_i2s: as
+                            matmul_i2s
+quantize                    exact: the same bytes, scales, shape and qtype
+reshape                     exact: a view of the same values
+whole model (``model.py``)  logits within 1e-2 * max|logits|; greedy tokens
+                            identical up to a reference tie
 ==========================  ================================================
 """
 

@@ -233,6 +233,23 @@ def _sp_add_dummy_prefix(path: Path) -> bool:
     return True if spec is None else bool(spec.add_dummy_prefix)  # SentencePiece's default
 
 
+def _added_tokens(directory: Path, data: dict, tok_config: dict) -> list[dict]:
+    """Added tokens ``{"id", "content", "special"}`` from tokenizer.json, else the
+    config's ``added_tokens_decoder``, else ``added_tokens.json``."""
+    added = [a for a in data.get("added_tokens") or [] if isinstance(a, dict)]
+    if added:
+        return added
+    decoder = tok_config.get("added_tokens_decoder")
+    if isinstance(decoder, dict):
+        return [
+            {"id": int(i), "content": a["content"], "special": bool(a.get("special"))}
+            for i, a in decoder.items()
+            if isinstance(a, dict) and isinstance(a.get("content"), str)
+        ]
+    extra = _read_json(directory / "added_tokens.json")
+    return [{"id": int(i), "content": t, "special": False} for t, i in extra.items()]
+
+
 def _have_sentencepiece() -> bool:
     try:
         import sentencepiece  # noqa: F401
@@ -261,8 +278,7 @@ def tokenizer_metadata_from_hf(
     data = _read_json(tok_json)
 
     if sp_model.is_file() and _have_sentencepiece():
-        added = [a for a in data.get("added_tokens") or [] if isinstance(a, dict)]
-        meta, vocab = _from_sentencepiece(sp_model, added)
+        meta, vocab = _from_sentencepiece(sp_model, _added_tokens(directory, data, tok_config))
     elif data:
         meta, vocab = _from_tokenizer_json(data)
     elif sp_model.is_file():

@@ -12,6 +12,26 @@ var<workgroup> red: array<f32, 256>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+#ifdef ROWS
+    // CPU-like devices (lavapipe): one invocation per output row, no barriers.
+    let n = (wg.x + wg.z * p.gx) * WG + tid;
+    if (n >= p.n) { return; }
+    let row = n * p.kw;
+    for (var t = 0u; t < p.t; t++) {
+        var acc = 0.0;
+        if (p.f16 == 1u) {
+            for (var wi = 0u; wi < p.kw; wi++) {
+                let pair = unpack2x16float(table[row + wi]);
+                let k0 = 2u * wi;
+                acc += pair.x * x[t * p.k + k0];
+                if (k0 + 1u < p.k) { acc += pair.y * x[t * p.k + k0 + 1u]; }
+            }
+        } else {
+            for (var k = 0u; k < p.k; k++) { acc += bitcast<f32>(table[row + k]) * x[t * p.k + k]; }
+        }
+        y[t * p.n + n] = acc;
+    }
+#else
     let n = wg.x + wg.z * p.gx;
     if (n >= p.n) { return; }
     let t0 = wg.y * TT;
@@ -51,4 +71,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         let t = t0 + tid;
         if (t < p.t) { y[t * p.n + n] = red[tid * WG]; }
     }
+#endif
 }

@@ -32,6 +32,23 @@ fn dot4(a: u32, b: u32) -> i32 {
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+#ifdef ROWS
+    // CPU-like devices (lavapipe): one invocation per output row, no barriers.
+    let n = (wg.x + wg.z * p.gx) * WG + tid;
+    if (n >= p.n) { return; }
+    for (var t = 0u; t < p.t; t++) {
+        var acc = 0;
+        for (var wi = 0u; wi < p.kw16; wi++) {
+            let word = w[n * p.kw16 + wi];
+            let xb = t * p.xkw + wi * 4u;
+            acc += dot4(xq[xb], word & 0x03030303u);
+            acc += dot4(xq[xb + 1u], (word >> 2u) & 0x03030303u);
+            acc += dot4(xq[xb + 2u], (word >> 4u) & 0x03030303u);
+            acc += dot4(xq[xb + 3u], (word >> 6u) & 0x03030303u);
+        }
+        y[t * p.n + n] = f32(acc - xsum[t]) * wscale[n] / xscale[t];
+    }
+#else
     let n = wg.x + wg.z * p.gx;
     if (n >= p.n) { return; }
     let t0 = wg.y * TT;
@@ -63,4 +80,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             y[t * p.n + n] = f32(dotv) * wscale[n] / xscale[t];
         }
     }
+#endif
 }

@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     messages: list[dict] = []
     if args.system:
         messages.append({"role": "system", "content": args.system})
+    session = model.session()  # the conversation's KV cache: each turn computes only new tokens
     interactive = sys.stdin.isatty()
     if interactive:
         print("bitnet chat: empty line or Ctrl-D to quit", file=sys.stderr)
@@ -35,9 +36,9 @@ def run(args: argparse.Namespace) -> int:
         if not line or not line.strip():
             return 0
         messages.append({"role": "user", "content": line.rstrip("\n")})
-        prompt = model.chat_prompt(messages)
+        prompt = model.chat_ids(messages)
         reply = []
-        for piece in model.stream(prompt, **sampling):
+        for piece in model.stream(prompt, session=session, **sampling):
             reply.append(piece)
             sys.stdout.write(piece)
             sys.stdout.flush()

@@ -35,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _short(value: Any, limit: int = 80) -> Any:
+    if isinstance(value, float):
+        return float(f"{value:.7g}")  # float32 keys: 1e-05, not 9.999999747e-06
     if isinstance(value, list):
         head = ", ".join(repr(v) for v in value[:4])
         return f"[{len(value)} items: {head}{', ...' if len(value) > 4 else ''}]"[:limit]

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Here, once (on a machine with apt and a registry): fetch what the GPU smoke
+# lane needs on the lent GPU machine, which has Python 3.12, no Vulkan loader
+# and no registry access (REFERENCE.md, "Running the GPU-style backends"):
+#   .gl/   the Debian packages of the Vulkan loader and glvnd (amd64)
+#   .whl/  cp312 manylinux wheels of pyopencl, vulkan, wgpu, gguf and their needs,
+#          and the workspace's pure-Python wheels (the backends, built here, where
+#          glslangValidator and the registry are; bitnet-core is compiled there)
+# Both folders are git-ignored; carry them to the GPU machine with the tree
+# (device tool: carry [".gl", ".whl"]). Then run bash ci/gpu-smoke.sh there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p .gl .whl /tmp/amd64/partial
+o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
+if ! ls .gl/*.deb >/dev/null 2>&1; then
+  apt-get "${o[@]}" update -qq
+  (cd .gl && apt-get "${o[@]}" download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+fi
+WHEELS=(pyopencl pytools platformdirs siphash24 cffi pycparser vulkan wgpu rendercanvas sniffio gguf)
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d .whl "${WHEELS[@]}"
+# The workspace packages whose wheels do not depend on the Python version
+# (py3-none-*) travel built;
+# platform wheels (bitnet-core's native module) are built on the GPU machine.
+for d in packages/*/; do
+  [ -f "$d/pyproject.toml" ] || continue
+  name="$(basename "$d")"
+  [ "$name" = "bitnet-core" ] && continue
+  uv build -q --wheel --package "$name" --out-dir .whl
+done
+find .whl -name 'bitnet*.whl' ! -name '*-py3-none-*.whl' -delete  # keep Python-version-independent wheels
+ls .gl .whl
+du -sh .gl .whl

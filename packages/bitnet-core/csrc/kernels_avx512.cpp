@@ -1,0 +1,15 @@
+// AVX-512 (F, BW, VL, VNNI) kernels (compiled with those flags, see simd_flags.cmake).
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#define BITNET_ISA_NS avx512
+#define BITNET_ISA_NAME "avx512"
+#include "kernels_impl.inc"
+
+namespace bitnet {
+const KernelTable *kernels_avx512() { return &avx512::table; }
+}  // namespace bitnet
+#else
+#include "kernels.h"
+namespace bitnet {
+const KernelTable *kernels_avx512() { return nullptr; }
+}  // namespace bitnet
+#endif

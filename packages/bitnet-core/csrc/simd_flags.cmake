@@ -1,0 +1,8 @@
+# Per-file SIMD flags: each kernels_<isa>.cpp is compiled for its instruction
+# set only; which table runs is decided at run time from cpu_features().
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64" AND NOT MSVC)
+  set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/csrc/kernels_avx2.cpp
+    PROPERTIES COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+  set_source_files_properties(${CMAKE_CURRENT_SOURCE_DIR}/csrc/kernels_avx512.cpp
+    PROPERTIES COMPILE_OPTIONS "-mavx512f;-mavx512bw;-mavx512vl;-mavx512vnni;-mavx2;-mfma;-mf16c")
+endif()

@@ -1,0 +1,268 @@
+"""The native CPU providers: ``cpu-avx512``, ``cpu-avx2``, ``cpu-neon``, ``cpu-scalar``.
+
+Each wraps the C++ kernels of one instruction set (``bitnet_core._native.Kernels``)
+and overrides the reference provider's heavy ops with them; the cheap ops that
+are one numpy pass already (``add``, ``mul``, ``embedding``, ``kv_store``) stay
+inherited. Arrays stay numpy arrays on the host. Kernels release the GIL and
+run on a C++ thread pool.
+
+Settings (environment, or the constructor / ``set_threads``):
+
+- ``BITNET_THREADS``: threads per kernel (default: the CPUs this process may
+  use, from ``sched_getaffinity``);
+- ``BITNET_CPU_LAYOUT``: ternary layout: ``auto`` (the default: llama.cpp
+  TQ2_0 tensors are used in place, zero-copy, other formats are repacked to
+  ``i2_128``), ``i2_128`` (2 bits a weight) or ``tq1_160`` (1.6 bits a weight:
+  20% fewer bytes, more decode work);
+- ``BITNET_CPU_INT8_HEAD=1``: run ``matmul_dense`` (the output head) on an int8
+  copy of the table with per-row scales: half the bytes of float16, an
+  approximation (about 1% relative error of the logits), so off by default.
+
+See docs/CPU_KERNELS.md for the layouts and kernels.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, QuantizationError, ShapeError, UnsupportedOperationError
+from ..hal.provider import PRIORITIES, Availability, RopeStyle
+from ..hal.weights import TernaryWeight
+from ..native import cpu_features, load_native
+from .reference import ReferenceProvider
+
+LAYOUTS = ("auto", "i2_128", "tq1_160")
+
+#: CPU features each instruction set's kernels need.
+REQUIRED_FEATURES: dict[str, tuple[str, ...]] = {
+    "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512vnni", "avx2", "fma", "f16c"),
+    "avx2": ("avx2", "fma", "f16c"),
+    "neon": ("neon",),
+    "scalar": (),
+}
+
+
+def threads_from_env() -> int:
+    """``BITNET_THREADS`` if set (a positive integer), else 0 (= all usable CPUs)."""
+    raw = os.environ.get("BITNET_THREADS", "").strip()
+    if not raw:
+        return 0
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ConfigError(f"BITNET_THREADS must be a positive integer, got {raw!r}") from None
+    if n < 1:
+        raise ConfigError(f"BITNET_THREADS must be a positive integer, got {raw!r}")
+    return n
+
+
+def layout_from_env() -> str:
+    layout = os.environ.get("BITNET_CPU_LAYOUT", "auto").strip() or "auto"
+    if layout not in LAYOUTS:
+        raise ConfigError(f"BITNET_CPU_LAYOUT must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    return layout
+
+
+def _f32(x: Any) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+class NativeCpuProvider(ReferenceProvider):
+    """Base of the native CPU providers; subclasses set ``isa`` and ``name``."""
+
+    isa = "scalar"
+    name = "cpu-scalar"
+    family = "cpu"
+    device_kind = "cpu"
+    priority = PRIORITIES["cpu-scalar"]
+
+    def __init__(
+        self, threads: int | None = None, layout: str | None = None, int8_head: bool | None = None
+    ) -> None:
+        self._threads = threads
+        self._layout = layout
+        self._int8_head = int8_head
+        self._kernels: Any = None
+        self._i8_tables: dict[int, tuple[np.ndarray, Any]] = {}
+
+    # --- settings -----------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        """Threads per kernel (resolved: never 0)."""
+        return self.kernels.threads
+
+    def set_threads(self, threads: int) -> None:
+        if threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {threads}")
+        self._threads = threads
+        self._kernels = None
+
+    @property
+    def layout(self) -> str:
+        return self._layout or layout_from_env()
+
+    @property
+    def int8_head(self) -> bool:
+        if self._int8_head is not None:
+            return self._int8_head
+        return os.environ.get("BITNET_CPU_INT8_HEAD", "0").strip() not in ("", "0", "false")
+
+    @property
+    def kernels(self) -> Any:
+        if self._kernels is None:
+            mod, reason = load_native()
+            if mod is None:
+                raise UnsupportedOperationError(reason)
+            threads = self._threads if self._threads is not None else threads_from_env()
+            try:
+                self._kernels = mod.Kernels(self.isa, threads)
+            except ValueError as exc:
+                raise UnsupportedOperationError(f"{self.name}: {exc}") from None
+        return self._kernels
+
+    # --- probe --------------------------------------------------------------
+    def probe(self, explicit: bool = False) -> Availability:
+        mod, reason = load_native()
+        if mod is None:
+            return Availability.no(reason)
+        if self.isa == "neon" and platform.machine().lower() not in ("aarch64", "arm64"):
+            return Availability.no(f"not an arm64 CPU ({platform.machine()})")
+        feats = cpu_features()
+        missing = [f for f in REQUIRED_FEATURES[self.isa] if not feats.get(f, False)]
+        if missing:
+            return Availability.no(f"CPU lacks {', '.join(missing)}")
+        if self.isa not in mod.compiled_isas():
+            return Availability.no(f"bitnet_core._native was built without {self.isa} kernels")
+        try:
+            threads = self.threads
+        except Exception as exc:  # probe never raises
+            return Availability.no(str(exc))
+        return Availability.yes(
+            f"CPU {self.isa} ({threads} threads)", threads=threads, layout=self.layout
+        )
+
+    # --- memory -------------------------------------------------------------
+    def to_device(self, array: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(array)
+
+    def load_ternary(self, weight: TernaryWeight) -> Any:
+        mod, reason = load_native()
+        if mod is None:
+            raise UnsupportedOperationError(reason)
+        layout = self.layout
+        if layout == "auto" and weight.format == "tq2_0":
+            try:  # the file's bytes in place: no copy, no repacking
+                return mod.TernaryMatrix.from_tq2_0(
+                    weight.raw, weight.rows, weight.cols, weight.name
+                )
+            except ValueError:
+                pass  # unusual data (e.g. zero-scale blocks with codes): the codec decides
+        codes, scales = weight.unpack()
+        try:
+            return mod.TernaryMatrix.from_codes(
+                codes,
+                np.asarray(scales, np.float32),
+                "i2_128" if layout == "auto" else layout,
+                weight.name,
+            )
+        except ValueError as exc:
+            raise QuantizationError(str(exc)) from None
+
+    # --- ops ----------------------------------------------------------------
+    def _run(self, op: str, *args: Any) -> Any:
+        try:
+            return getattr(self.kernels, op)(*args)
+        except ValueError as exc:
+            raise ShapeError(f"{op}: {exc}") from None
+        except TypeError as exc:  # a weight of another provider, a wrong dtype
+            raise ShapeError(f"{op}: unsupported arguments ({exc})") from None
+
+    def rmsnorm(self, x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+        return self._run("rmsnorm", _f32(x), _f32(weight), float(eps))
+
+    def quantize_act(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return tuple(self._run("quantize_act", _f32(x)))  # type: ignore[return-value]
+
+    def matmul_i2s(self, xq: np.ndarray, xscale: np.ndarray, weight: Any) -> np.ndarray:
+        return self._run(
+            "matmul_i2s",
+            np.ascontiguousarray(xq, dtype=np.int8),
+            np.ascontiguousarray(xscale, dtype=np.float32).reshape(-1),
+            weight,
+        )
+
+    def linear(self, x: np.ndarray, weight: Any) -> np.ndarray:
+        return self._run("linear", _f32(x), weight)
+
+    def matmul_ternary_float(self, x: np.ndarray, weight: Any) -> np.ndarray:
+        return self._run("matmul_ternary_float", _f32(x), weight)
+
+    def matmul_dense(self, x: np.ndarray, table: Any) -> np.ndarray:
+        if self.int8_head:
+            return self._run("matmul_dense_i8", _f32(x), self._i8_table(table))
+        return self._run("matmul_dense", _f32(x), np.asarray(table))
+
+    def _i8_table(self, table: Any) -> Any:
+        """The int8 copy of a dense table, made once per table object."""
+        hit = self._i8_tables.get(id(table))
+        if hit is not None and hit[0] is table:
+            return hit[1]
+        mod, _ = load_native()
+        dense = mod.DenseI8(np.asarray(table, dtype=np.float32))
+        self._i8_tables[id(table)] = (table, dense)  # keeps `table` alive: its id stays unique
+        return dense
+
+    def rope(
+        self,
+        x: np.ndarray,
+        positions: np.ndarray,
+        theta: float,
+        style: RopeStyle,
+        rot_dim: int,
+    ) -> np.ndarray:
+        if style not in ("neox", "norm"):
+            raise UnsupportedOperationError(f"unknown rope style {style!r}")
+        pos = np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
+        return self._run("rope", _f32(x), pos, float(theta), style, int(rot_dim))
+
+    def attention(
+        self, q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, start: int
+    ) -> np.ndarray:
+        return self._run("attention", _f32(q), _f32(k_cache), _f32(v_cache), int(start))
+
+    def silu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        return self._run("silu_mul", _f32(gate), _f32(up))
+
+    def relu2_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        return self._run("relu2_mul", _f32(gate), _f32(up))
+
+
+class CpuAvx512Provider(NativeCpuProvider):
+    isa = "avx512"
+    name = "cpu-avx512"
+    priority = PRIORITIES["cpu-avx512"]
+
+
+class CpuAvx2Provider(NativeCpuProvider):
+    isa = "avx2"
+    name = "cpu-avx2"
+    priority = PRIORITIES["cpu-avx2"]
+
+
+class CpuNeonProvider(NativeCpuProvider):
+    isa = "neon"
+    name = "cpu-neon"
+    priority = PRIORITIES["cpu-neon"]
+
+
+class CpuScalarProvider(NativeCpuProvider):
+    isa = "scalar"
+    name = "cpu-scalar"
+    priority = PRIORITIES["cpu-scalar"]
+
+
+ALL_PROVIDERS = (CpuAvx512Provider, CpuAvx2Provider, CpuNeonProvider, CpuScalarProvider)

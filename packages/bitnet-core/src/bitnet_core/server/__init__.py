@@ -1,0 +1,1 @@
+"""``bitnet serve``: an OpenAI-compatible HTTP server (needs the ``server`` extra: fastapi, uvicorn)."""

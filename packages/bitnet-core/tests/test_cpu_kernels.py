@@ -1,0 +1,293 @@
+"""The native CPU providers against the numpy reference, on awkward shapes.
+
+Every available native provider (cpu-avx512 / cpu-avx2 / cpu-neon / cpu-scalar)
+runs every op it overrides with 1 and 2 threads; integer paths must match the
+reference exactly, float paths to float rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bitnet_core.errors import ConfigError, ShapeError, UnsupportedOperationError
+from bitnet_core.hal.weights import TernaryWeight
+from bitnet_core.native import cpu_features
+from bitnet_core.providers.cpu_native import ALL_PROVIDERS, LAYOUTS, NativeCpuProvider
+from bitnet_core.providers.reference import ReferenceProvider
+
+REF = ReferenceProvider()
+PROVIDER_CLASSES = {cls.name: cls for cls in ALL_PROVIDERS}
+
+
+def _provider(name: str, threads: int, **kw) -> NativeCpuProvider:
+    prov = PROVIDER_CLASSES[name](threads=threads, **kw)
+    avail = prov.probe()
+    if not avail.available:
+        pytest.skip(f"{name}: {avail.reason}")
+    return prov
+
+
+@pytest.fixture(
+    params=[(n, t) for n in PROVIDER_CLASSES for t in (1, 2)], ids=lambda p: f"{p[0]}-t{p[1]}"
+)
+def prov(request) -> NativeCpuProvider:
+    return _provider(*request.param)
+
+
+def _ternary(rng, n: int, k: int) -> TernaryWeight:
+    codes = rng.integers(-1, 2, size=(n, k)).astype(np.int8)
+    return TernaryWeight.from_codes(codes, rng.uniform(0.3, 2.0, n).astype(np.float32), "w")
+
+
+# (T, K, N): K = 1, odd, below / above / not a multiple of the 128 and 160 blocks; T = 1 and > 1
+MATMUL_SHAPES = [
+    (1, 1, 1),
+    (1, 3, 5),
+    (2, 127, 33),
+    (1, 129, 7),
+    (5, 161, 130),
+    (4, 640, 17),
+    (9, 1000, 65),
+    (1, 1536, 300),
+    (3, 2560, 97),
+]
+
+
+def _act(rng, t: int, k: int) -> np.ndarray:
+    x = rng.standard_normal((t, k)).astype(np.float32) * rng.uniform(0.01, 10.0)
+    if k > 2:
+        x[0, k // 2] = 0.5 * np.abs(x[0]).max()  # a tie for round-half-even: q = 63.5 -> 64
+    return x
+
+
+@pytest.mark.parametrize("shape", MATMUL_SHAPES, ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_matmul_i2s_and_linear_exact(prov, shape, layout):
+    t, k, n = shape
+    rng = np.random.default_rng(hash((t, k, n, layout)) % 2**32)
+    prov._layout = layout
+    w = _ternary(rng, n, k)
+    ref_w = REF.load_ternary(w)
+    nat_w = prov.load_ternary(w)
+    assert nat_w.layout == ("i2_128" if layout == "auto" else layout) and nat_w.shape == (n, k)
+    np.testing.assert_array_equal(nat_w.codes(), w.codes())
+    x = _act(rng, t, k)
+    xq, xs = REF.quantize_act(x)
+    want = REF.matmul_i2s(xq, xs, ref_w)
+    np.testing.assert_array_equal(prov.matmul_i2s(xq, xs, nat_w), want)
+    np.testing.assert_array_equal(prov.linear(x, nat_w), REF.linear(x, ref_w))
+    np.testing.assert_allclose(
+        prov.matmul_ternary_float(x, nat_w),
+        REF.matmul_ternary_float(x, ref_w),
+        rtol=1e-5,
+        atol=1e-5 * np.abs(x).max() * np.sqrt(k),
+    )
+
+
+def _tq2_weight(rng, n: int, k: int) -> TernaryWeight:
+    from bitnet_core.formats import get_codec
+
+    codec = get_codec("tq2_0")
+    codes = rng.integers(-1, 2, size=(n, k)).astype(np.int8)
+    codes[0, :256] = 0  # an all-zero block: stored with scale 0
+    raw = codec.pack(codes, rng.uniform(0.3, 2.0, n).astype(np.float32))
+    return TernaryWeight("w", n, k, "tq2_0", raw, codec)
+
+
+@pytest.mark.parametrize("shape", [(1, 256, 1), (3, 512, 7), (1, 1536, 33), (6, 768, 130)], ids=str)
+def test_tq2_0_used_in_place(prov, shape):
+    t, k, n = shape
+    rng = np.random.default_rng(k + n)
+    w = _tq2_weight(rng, n, k)
+    nat_w = prov.load_ternary(w)
+    assert nat_w.layout == "tq2_0" and nat_w.nbytes == w.raw.nbytes  # the file's bytes, no copy
+    np.testing.assert_array_equal(nat_w.codes(), w.codes())
+    np.testing.assert_array_equal(nat_w.scales, w.scales())
+    ref_w = REF.load_ternary(w)
+    x = _act(rng, t, k)
+    xq, xs = REF.quantize_act(x)
+    np.testing.assert_array_equal(prov.matmul_i2s(xq, xs, nat_w), REF.matmul_i2s(xq, xs, ref_w))
+    np.testing.assert_array_equal(prov.linear(x, nat_w), REF.linear(x, ref_w))
+
+
+def test_tq2_0_unusual_blocks_go_through_the_codec(prov):
+    rng = np.random.default_rng(5)
+    w = _tq2_weight(rng, 4, 512)
+    raw = w.raw.copy()
+    raw[66 + 64 : 66 + 66] = (
+        0  # row 0, block 1: scale 0 with non-zero codes (the codec zeroes them)
+    )
+    w2 = TernaryWeight("w", 4, 512, "tq2_0", raw, w.codec)
+    nat_w = prov.load_ternary(w2)
+    assert nat_w.layout == "i2_128"
+    x = _act(rng, 2, 512)
+    np.testing.assert_array_equal(prov.linear(x, nat_w), REF.linear(x, REF.load_ternary(w2)))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (3, 33), (8, 1000), (17, 1536), (2, 4099)])
+def test_quantize_act_exact(prov, shape):
+    rng = np.random.default_rng(shape[1])
+    x = _act(rng, *shape)
+    x[-1] = 0.0  # an all-zero token: the 1e-5 floor
+    xq, xs = prov.quantize_act(x)
+    rq, rs = REF.quantize_act(x)
+    np.testing.assert_array_equal(xq, rq)
+    np.testing.assert_array_equal(xs, rs)
+
+
+def test_quantize_act_rounds_half_to_even(prov):
+    # amax 127 -> scale 1: the products are the values themselves
+    x = np.array([[127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, 126.5, -126.5]], np.float32)
+    xq, _ = prov.quantize_act(np.tile(x, (1, 3)))  # 30 values: the SIMD body and its tail
+    np.testing.assert_array_equal(xq[0, :10], [127, 0, 2, 2, 0, -2, -2, 4, 126, -126])
+    np.testing.assert_array_equal(xq, REF.quantize_act(np.tile(x, (1, 3)))[0])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 13, 9), (2, 1536, 67), (7, 100, 130), (4, 33, 5)])
+def test_matmul_dense(prov, shape, dtype):
+    t, k, n = shape
+    rng = np.random.default_rng(k * n)
+    table = rng.standard_normal((n, k)).astype(dtype)
+    x = rng.standard_normal((t, k)).astype(np.float32)
+    want = REF.matmul_dense(x, table)
+    got = prov.matmul_dense(x, prov.to_device(table))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 3), (3, 1536, 129), (6, 70, 40)])
+def test_matmul_dense_int8_head(prov, shape):
+    t, k, n = shape
+    rng = np.random.default_rng(k)
+    table = rng.standard_normal((n, k)).astype(np.float16)
+    x = rng.standard_normal((t, k)).astype(np.float32)
+    prov._int8_head = True
+    want = REF.matmul_dense(x, table)
+    got = prov.matmul_dense(x, table)
+    # int8 weights and activations: an approximation, about 1% of the largest logit
+    assert np.abs(got - want).max() <= 0.03 * np.abs(want).max() + 1e-6
+    assert prov.matmul_dense(x, table) is not got  # cached table, fresh result
+    assert len(prov._i8_tables) == 1
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (5, 1536), (2, 2561)])
+def test_rmsnorm(prov, shape):
+    rng = np.random.default_rng(shape[1])
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal(shape[1]).astype(np.float32)
+    np.testing.assert_allclose(
+        prov.rmsnorm(x, w, 1e-6), REF.rmsnorm(x, w, 1e-6), rtol=1e-6, atol=1e-7
+    )
+
+
+@pytest.mark.parametrize("style", ["neox", "norm"])
+@pytest.mark.parametrize(
+    "shape,rot", [((1, 1, 2), 2), ((3, 4, 64), 64), ((5, 3, 96), 32), ((2, 2, 10), 6)]
+)
+def test_rope(prov, style, shape, rot):
+    rng = np.random.default_rng(shape[2])
+    x = rng.standard_normal(shape).astype(np.float32)
+    pos = rng.integers(0, 5000, shape[0])
+    want = REF.rope(x, pos, 10000.0, style, rot)
+    np.testing.assert_allclose(prov.rope(x, pos, 10000.0, style, rot), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "t,hq,hkv,d,start",
+    [
+        (1, 1, 1, 1, 0),
+        (1, 4, 2, 64, 0),
+        (1, 8, 2, 96, 37),
+        (5, 6, 3, 7, 0),
+        (4, 4, 4, 64, 9),
+        (9, 16, 4, 128, 200),
+    ],
+)
+def test_attention(prov, t, hq, hkv, d, start):
+    rng = np.random.default_rng(t * 1000 + d)
+    cap = start + t + 3
+    q = rng.standard_normal((t, hq, d)).astype(np.float32)
+    k = rng.standard_normal((cap, hkv, d)).astype(np.float32)
+    v = rng.standard_normal((cap, hkv, d)).astype(np.float32)
+    k[start + t :] = 1e4  # never read: beyond the causal window
+    want = REF.attention(q, k, v, start)
+    np.testing.assert_allclose(prov.attention(q, k, v, start), want, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("shape", [(1,), (1, 7), (3, 4096), (2, 3, 5)])
+def test_gated_activations(prov, shape):
+    rng = np.random.default_rng(len(shape))
+    g = (rng.standard_normal(shape) * 6).astype(np.float32)
+    u = rng.standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(prov.silu_mul(g, u), REF.silu_mul(g, u), rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(prov.relu2_mul(g, u), REF.relu2_mul(g, u), rtol=1e-6, atol=1e-7)
+
+
+def test_shape_errors_are_clear(prov):
+    rng = np.random.default_rng(0)
+    w = prov.load_ternary(_ternary(rng, 4, 10))
+    with pytest.raises(ShapeError, match="do not match"):
+        prov.linear(np.zeros((1, 11), np.float32), w)
+    with pytest.raises(ShapeError):
+        prov.matmul_i2s(np.zeros((2, 10), np.int8), np.ones(3, np.float32), w)
+    with pytest.raises(ShapeError):
+        prov.matmul_dense(np.zeros((1, 3), np.float32), np.zeros((2, 4), np.float16))
+    with pytest.raises(ShapeError):
+        prov.attention(
+            np.zeros((2, 3, 4), np.float32),
+            np.zeros((1, 3, 4), np.float32),
+            np.zeros((1, 3, 4), np.float32),
+            0,
+        )
+    with pytest.raises(ShapeError):
+        prov.rope(np.zeros((1, 1, 4), np.float32), np.zeros(1), 1e4, "neox", 6)
+    with pytest.raises(UnsupportedOperationError):
+        prov.rope(np.zeros((1, 1, 4), np.float32), np.zeros(1), 1e4, "spiral", 4)
+    with pytest.raises(ShapeError):
+        prov.linear(np.zeros((1, 10), np.float32), REF.load_ternary(_ternary(rng, 4, 10)))
+
+
+def test_probe_reasons_match_the_cpu():
+    feats = cpu_features()
+    for cls in ALL_PROVIDERS:
+        avail = cls().probe()
+        if avail.available:
+            continue
+        assert avail.reason, cls.name
+        if cls.name == "cpu-avx512" and not feats.get("avx512f"):
+            assert "CPU lacks" in avail.reason and "avx512f" in avail.reason
+        if cls.name == "cpu-neon" and not feats.get("neon"):
+            assert "arm64" in avail.reason
+    assert PROVIDER_CLASSES["cpu-scalar"]().probe().available
+    if feats.get("avx2") and feats.get("fma") and feats.get("f16c"):
+        assert PROVIDER_CLASSES["cpu-avx2"]().probe().available
+
+
+def test_threads_setting(monkeypatch):
+    monkeypatch.setenv("BITNET_THREADS", "3")
+    assert PROVIDER_CLASSES["cpu-scalar"]().threads == 3
+    monkeypatch.setenv("BITNET_THREADS", "zero")
+    with pytest.raises(ConfigError):
+        _ = PROVIDER_CLASSES["cpu-scalar"]().threads
+    assert not PROVIDER_CLASSES["cpu-scalar"]().probe().available
+    monkeypatch.delenv("BITNET_THREADS")
+    prov = PROVIDER_CLASSES["cpu-scalar"]()
+    import os
+
+    assert prov.threads == len(os.sched_getaffinity(0))
+    prov.set_threads(1)
+    assert prov.threads == 1
+    monkeypatch.setenv("BITNET_CPU_LAYOUT", "nope")
+    with pytest.raises(ConfigError):
+        _ = PROVIDER_CLASSES["cpu-scalar"]().layout
+
+
+def test_registered_and_ranked(clean_registry):
+    names = [r.name for r in clean_registry.records()]
+    for name in PROVIDER_CLASSES:
+        assert name in names
+    from bitnet_core.hal.selection import select
+
+    best = select("cpu")
+    assert best.provider.name != "cpu-reference"  # a native provider is always available

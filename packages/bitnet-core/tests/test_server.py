@@ -1,0 +1,307 @@
+"""``bitnet serve`` against a live uvicorn server on loopback, with the openai client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import numpy as np
+import pytest
+
+fastapi = pytest.importorskip("fastapi", reason="the server extra (fastapi) is not installed")
+uvicorn = pytest.importorskip("uvicorn")
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+
+from bitnet_core.config import BitNetConfig  # noqa: E402
+from bitnet_core.model.api import load  # noqa: E402
+from bitnet_core.model.random import random_model_file  # noqa: E402
+from bitnet_core.server.app import create_app  # noqa: E402
+from bitnet_core.server.live import LiveServer  # noqa: E402
+
+CONFIG = BitNetConfig(
+    vocab_size=300,
+    hidden_size=256,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    intermediate_size=256,
+    context_length=128,
+)
+API_KEY = "sk-test-key"
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    path = tmp_path_factory.mktemp("server") / "tiny.gguf"
+    random_model_file(path, CONFIG, seed=3)
+    return load(path, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def server(model):
+    app = create_app(
+        model, "tiny", api_key=API_KEY, max_active=4, max_queue=64, default_max_tokens=16
+    )
+    with LiveServer(app) as live:
+        yield live
+
+
+@pytest.fixture
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0)
+
+
+def test_models_and_health(client, server):
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    health = httpx.get(server.url + "/health").json()
+    assert health["status"] == "ok"
+    assert health["summary"].startswith("requested=cpu")
+
+
+def test_completion_matches_engine(client, model):
+    r = client.completions.create(model="tiny", prompt="hello", max_tokens=8, temperature=0)
+    assert r.choices[0].text == model.generate("hello", max_tokens=8, temperature=0)
+    assert r.usage.completion_tokens <= 8
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
+def test_chat_and_stream_agree(client):
+    msgs = [{"role": "user", "content": "hi there"}]
+    full = client.chat.completions.create(model="tiny", messages=msgs, max_tokens=10, temperature=0)
+    stream = client.chat.completions.create(
+        model="tiny", messages=msgs, max_tokens=10, temperature=0, stream=True
+    )
+    pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    assert "".join(pieces) == full.choices[0].message.content
+
+
+def test_streamed_completion_seeded(client):
+    args = dict(model="tiny", prompt="abc", max_tokens=12, temperature=0.9, seed=11)
+    a = "".join(c.choices[0].text for c in client.completions.create(stream=True, **args))
+    b = client.completions.create(**args).choices[0].text
+    assert a == b
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        ({"model": "tiny", "prompt": "x", "temperature": -1}, 400, "temperature"),
+        ({"model": "tiny", "prompt": "x", "max_tokens": "many"}, 400, "max_tokens"),
+        ({"model": "tiny", "prompt": "x", "top_p": 0}, 400, "top_p"),
+        ({"model": "nope", "prompt": "x"}, 404, "does not exist"),
+        ({"model": "tiny"}, 400, "prompt"),
+        ({"model": "tiny", "prompt": "x " * 400}, 400, "context"),
+        ({"model": "tiny", "prompt": [1, 2, 99999]}, 400, "vocabulary"),
+        ({"model": "tiny", "prompt": "x", "logprobs": 3}, 400, "logprobs"),
+        ({"model": "tiny", "prompt": "x", "n": 2}, 400, "n"),
+    ],
+)
+def test_bad_requests_are_4xx_with_openai_body(server, body, status, needle):
+    r = httpx.post(
+        server.url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {API_KEY}"}
+    )
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert needle in err["message"] or needle == err.get("param")
+    assert httpx.get(server.url + "/health").json()["status"] == "ok"
+
+
+def test_malformed_json(server):
+    r = httpx.post(
+        server.url + "/v1/chat/completions",
+        content=b"{not json",
+        headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 400
+    assert "error" in r.json()
+
+
+def test_api_key_required(server):
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": "x"})
+    assert r.status_code == 401
+    assert r.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.get(server.url + "/health").status_code == 200  # health stays open
+
+
+def test_metrics(server, client):
+    client.completions.create(model="tiny", prompt="m", max_tokens=3, temperature=0)
+    text = httpx.get(server.url + "/metrics").text
+    values = dict(line.split() for line in text.splitlines() if line and not line.startswith("#"))
+    assert float(values["bitnet_requests_total"]) >= 1
+    assert float(values["bitnet_generated_tokens_total"]) >= 1
+    for name in ("bitnet_queue_depth", "bitnet_kv_cache_used_bytes", "bitnet_tokens_per_second"):
+        assert name in values
+
+
+def test_chat_page_served(server):
+    page = httpx.get(server.url + "/").text
+    assert "/v1/chat/completions" in page and "tiny" in page
+
+
+def test_disconnect_frees_sequence(server, model):
+    """A client that leaves mid-stream gets its sequence cancelled and its KV blocks freed."""
+    with httpx.stream(
+        "POST",
+        server.url + "/v1/completions",
+        json={
+            "model": "tiny",
+            "prompt": "go",
+            "max_tokens": 100,
+            "stream": True,
+            "temperature": 0.5,
+        },
+        headers={"Authorization": f"Bearer {API_KEY}"},
+    ) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: "):
+                break
+    deadline = time.time() + 20
+    while time.time() < deadline and model.backend.kv.stats()["sequences"]:
+        time.sleep(0.1)
+    assert model.backend.kv.stats()["sequences"] == 0
+
+
+def test_queue_full_is_429(model):
+    app = create_app(model, "tiny", max_active=1, max_queue=1, default_max_tokens=60)
+    with LiveServer(app) as live:
+
+        async def burst():
+            async with httpx.AsyncClient(base_url=live.url, timeout=60) as c:
+                reqs = [
+                    c.post("/v1/completions", json={"prompt": "q", "max_tokens": 60})
+                    for _ in range(6)
+                ]
+                return await asyncio.gather(*reqs)
+
+        codes = [r.status_code for r in asyncio.run(burst())]
+    assert 200 in codes and 429 in codes
+    assert set(codes) <= {200, 429}
+
+
+def test_concurrent_streams_not_garbled(server, model):
+    """Many concurrent streaming requests each get exactly the text a solo run gives."""
+    prompts = [f"p{i}" for i in range(24)]
+    expected = {p: model.generate(p, max_tokens=10, temperature=0) for p in prompts[:4]}
+
+    async def one(c, p):
+        text = ""
+        async with c.stream(
+            "POST",
+            "/v1/completions",
+            json={"model": "tiny", "prompt": p, "max_tokens": 10, "temperature": 0, "stream": True},
+        ) as r:
+            assert r.status_code == 200
+            async for line in r.aiter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    text += json.loads(line[6:])["choices"][0]["text"]
+        return p, text
+
+    async def run_all():
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=120) as c:
+            return await asyncio.gather(*(one(c, p) for p in prompts))
+
+    results = dict(asyncio.run(run_all()))
+    assert len(results) == len(prompts)
+    for p, text in expected.items():
+        assert results[p] == text
+    assert np.all([isinstance(t, str) for t in results.values()])
+
+
+@pytest.mark.slow
+def test_load_200_concurrent_streams(tmp_path):
+    """tools/loadtest: 200 concurrent streaming requests, none lost or garbled, server healthy after."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "tools" / "loadtest" / "server_load.py"
+    out = tmp_path / "load.json"
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--concurrency",
+            "200",
+            "--max-tokens",
+            "4",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads(out.read_text())
+    assert result["ok"] == 200 and result["failed"] == 0 and result["garbled"] == 0
+    assert result["healthy_after"]
+
+
+def test_cli_serve_starts_and_answers(tmp_path, model):
+    """``bitnet serve --model M --port P`` serves until stopped; bad flags exit non-zero."""
+    import os
+    import subprocess
+    import sys
+
+    from bitnet_core.server.live import free_port
+
+    path = model.path
+    port = free_port()
+    env = {**os.environ, "BITNET_API_KEY": "k"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bitnet_core.cli.main",
+            "serve",
+            "--model",
+            str(path),
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            pytest.fail(
+                "bitnet serve did not come up: " + proc.stderr.read()
+                if proc.poll() is not None
+                else "timeout"
+            )
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
+        r = httpx.get(f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": "Bearer k"})
+        assert r.json()["data"][0]["id"] == "tiny"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bitnet_core.cli.main",
+            "serve",
+            "--model",
+            str(path),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode != 0 and "error:" in bad.stderr and "Traceback" not in bad.stderr

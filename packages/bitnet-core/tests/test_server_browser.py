@@ -1,0 +1,68 @@
+"""The chat page at ``/`` in a real headless Chromium (Debian's chromium + chromedriver, Selenium)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+pytest.importorskip("fastapi", reason="the server extra is not installed")
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and DRIVER),
+    reason="chromium/chromedriver not installed (apt-get install chromium chromium-driver)",
+)
+
+
+def test_chat_page_streams_a_reply(tmp_path):
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from bitnet_core.config import BitNetConfig
+    from bitnet_core.model.api import load
+    from bitnet_core.model.random import random_model_file
+    from bitnet_core.server.app import create_app
+    from bitnet_core.server.live import LiveServer
+
+    path = tmp_path / "page.gguf"
+    config = BitNetConfig(
+        vocab_size=300,
+        hidden_size=256,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=256,
+        context_length=128,
+    )
+    random_model_file(path, config, seed=5)
+    model = load(path, device="cpu")
+    app = create_app(model, "page-model", default_max_tokens=16)
+    opts = Options()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
+        opts.add_argument(arg)
+    with LiveServer(app) as live:
+        driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+        try:
+            driver.get(live.url + "/")
+            assert driver.find_element(By.ID, "model").text == "page-model"
+            driver.find_element(By.ID, "prompt").send_keys("Hello there")
+            driver.find_element(By.ID, "send").click()
+            WebDriverWait(driver, 60).until(
+                lambda d: (
+                    d.find_element(By.ID, "status").text in ("done",)
+                    or d.find_element(By.ID, "status").text.startswith("error")
+                )
+            )
+            status = driver.find_element(By.ID, "status").text
+            reply = driver.find_elements(By.CSS_SELECTOR, "#log .assistant")[-1].text
+            driver.save_screenshot(str(tmp_path / "chat.png"))
+        finally:
+            driver.quit()
+    assert status == "done"
+    assert reply.strip(), "the page showed no streamed reply"

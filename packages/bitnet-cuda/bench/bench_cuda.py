@@ -1,0 +1,184 @@
+"""CUDA benchmarks for the lent GPU (issue 4's targets), in one run:
+
+1. device-to-device copy bandwidth (the memory floor's denominator);
+2. GEMV effective bandwidth of ``matmul_i2s`` for the 2B-4T shapes
+   (2560x2560, 6912x2560, 2560x6912, 640x2560): weight bytes read / time,
+   as a fraction of (1);
+3. decode tokens/s of a random model of 2B-4T shape through ``bitnet_core``
+   (the generic backend on the ``cuda`` provider), against the floor
+   (all weight bytes a token reads / copy bandwidth) and against PyTorch bf16
+   decode of the same layer shapes (matmuls only, CUDA graph), when torch
+   with CUDA is importable.
+
+    python packages/bitnet-cuda/bench/bench_cuda.py --json out.json [--layers 30] [--tokens 64]
+
+Timings use CUDA events after warm-up; medians of ``--repeat`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SHAPES_2B = [(2560, 2560), (6912, 2560), (2560, 6912), (640, 2560)]
+
+
+def timed(cp, fn, repeat: int) -> float:
+    """Median seconds of ``fn`` over ``repeat`` CUDA-event-timed calls (after 3 warm-ups)."""
+    for _ in range(3):
+        fn()
+    cp.cuda.Device().synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) / 1000.0)
+    return statistics.median(times)
+
+
+def copy_bandwidth(cp, repeat: int) -> float:
+    n = 1 << 28  # 1 GiB
+    a = cp.empty(n, dtype=cp.uint32)
+    b = cp.empty_like(a)
+    s = timed(cp, lambda: cp.copyto(b, a), repeat)
+    return 2 * a.nbytes / s  # read + write
+
+
+def gemv_bandwidth(provider, cp, repeat: int) -> list[dict]:
+    from bitnet_core.hal.weights import TernaryWeight
+
+    rng = np.random.default_rng(0)
+    out = []
+    for n, k in SHAPES_2B:
+        w = provider.load_ternary(TernaryWeight.from_codes(rng.integers(-1, 2, (n, k)), 1.0))
+        xq, xs = provider.quantize_act(cp.asarray(rng.standard_normal((1, k)).astype(np.float32)))
+        s = timed(cp, lambda w=w, xq=xq, xs=xs: provider.matmul_i2s(xq, xs, w), repeat)
+        nbytes = w.words.nbytes + w.scales.nbytes + xq.data.nbytes
+        out.append({"shape": [n, k], "seconds": s, "bytes": nbytes, "bandwidth": nbytes / s})
+    return out
+
+
+def decode_tokens_per_s(layers: int, tokens: int) -> dict:
+    import bitnet_core
+    from bitnet_core.config import BitNetConfig
+    from bitnet_core.model.random import random_model_file
+
+    cfg = BitNetConfig(
+        vocab_size=128256,
+        hidden_size=2560,
+        num_layers=layers,
+        num_heads=20,
+        num_kv_heads=5,
+        intermediate_size=6912,
+        context_length=4096,
+        rope_theta=500000.0,
+        ffn_activation="relu2",
+    )
+    path = Path(tempfile.mkdtemp()) / "2b4t-random.gguf"
+    random_model_file(path, cfg, seed=0, ternary_type="i2_s")
+    model = bitnet_core.load(path, device="cuda", progress=False)
+    seq = model.backend.new_cache()
+    model.backend.forward(np.arange(1, 9), seq)
+    t0 = time.perf_counter()
+    for i in range(tokens):
+        model.backend.forward(np.array([i % 1000 + 1]), seq)
+    s = (time.perf_counter() - t0) / tokens
+    per_layer = (2560 * 2560 * 2 + 640 * 2560 * 2 + 6912 * 2560 * 3) // 4
+    ternary = layers * per_layer
+    head = 128256 * 2560 * 2
+    return {"seconds_per_token": s, "tokens_per_s": 1 / s, "weight_bytes": ternary + head}
+
+
+def torch_bf16_decode(layers: int, repeat: int) -> float | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    dev = torch.device("cuda")
+    mats = []
+    for _ in range(layers):
+        for n, k in [
+            (2560, 2560),
+            (640, 2560),
+            (640, 2560),
+            (2560, 2560),
+            (6912, 2560),
+            (6912, 2560),
+            (2560, 6912),
+        ]:
+            mats.append(torch.randn(n, k, device=dev, dtype=torch.bfloat16))
+    head = torch.randn(128256, 2560, device=dev, dtype=torch.bfloat16)
+    x = torch.randn(1, 2560, device=dev, dtype=torch.bfloat16)
+    x2 = torch.randn(1, 6912, device=dev, dtype=torch.bfloat16)
+
+    def step():
+        for m in mats:
+            (x2 if m.shape[1] == 6912 else x) @ m.T
+        x @ head.T
+
+    g = torch.cuda.CUDAGraph()
+    step()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        step()
+    times = []
+    for _ in range(repeat):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        g.replay()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1000)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=30)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    from bitnet_core.hal import select
+
+    sel = select("cuda")  # a clear error without a GPU
+    provider = sel.provider
+    cp = provider.cp
+    bw = copy_bandwidth(cp, args.repeat)
+    gemv = gemv_bandwidth(provider, cp, args.repeat)
+    for g in gemv:
+        g["fraction_of_copy"] = g["bandwidth"] / bw
+    dec = decode_tokens_per_s(args.layers, args.tokens)
+    floor = dec["weight_bytes"] / bw
+    torch_s = torch_bf16_decode(args.layers, args.repeat)
+    result = {
+        "device": sel.record.probe().device,
+        "kernels": provider.kernel_source,
+        "copy_bandwidth": bw,
+        "gemv": gemv,
+        "decode": dec,
+        "floor_seconds_per_token": floor,
+        "decode_fraction_of_floor": floor / dec["seconds_per_token"],
+        "torch_bf16_seconds_per_token": torch_s,
+        "speedup_vs_torch_bf16": (torch_s / dec["seconds_per_token"]) if torch_s else None,
+    }
+    print(json.dumps(result, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

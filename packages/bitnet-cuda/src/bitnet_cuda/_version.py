@@ -1,0 +1,3 @@
+"""Version of bitnet-cuda (kept in step with every distribution by tools/set_version.py)."""
+
+__version__ = "0.1.0"

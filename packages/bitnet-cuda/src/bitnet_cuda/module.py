@@ -1,0 +1,40 @@
+"""Loading the CUDA kernels: the fatbin built by nvcc at wheel-build time, else NVRTC.
+
+``kernels/bitnet_kernels.fatbin`` (sm_75..sm_90 SASS + compute_90 PTX) ships
+in wheels built where nvcc was present. Where it is absent, or has no code
+for this GPU, CuPy compiles ``kernels/bitnet_kernels.cu`` with NVRTC at run
+time (seed 002: compile everywhere).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+
+def _kernel_file(name: str) -> Path:
+    """A file of ``bitnet_cuda/kernels`` (through importlib.resources: editable installs
+    keep the built fatbin in site-packages and the source in the source tree)."""
+    return Path(str(resources.files("bitnet_cuda").joinpath("kernels", name)))
+
+
+SOURCE = _kernel_file("bitnet_kernels.cu")
+FATBIN = _kernel_file("bitnet_kernels.fatbin")
+KERNELS = ("quantize_act", "matmul_i2s", "matmul_dense_f16", "rmsnorm", "rope", "attention")
+
+
+def load_module(cp: Any) -> tuple[Any, str]:
+    """``(RawModule, how)`` where how is ``"fatbin"`` or ``"nvrtc"``."""
+    if FATBIN.is_file():
+        try:
+            mod = cp.RawModule(path=str(FATBIN))
+            for name in KERNELS:
+                mod.get_function(name)  # fails when the fatbin has no code for this GPU
+            return mod, "fatbin"
+        except Exception:
+            pass
+    mod = cp.RawModule(code=SOURCE.read_text(), options=("-std=c++17",), name_expressions=None)
+    for name in KERNELS:
+        mod.get_function(name)
+    return mod, "nvrtc"

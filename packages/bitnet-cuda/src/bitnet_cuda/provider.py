@@ -1,0 +1,410 @@
+"""The ``cuda`` kernel provider: BitNet ops on NVIDIA GPUs through CuPy.
+
+Arrays are CuPy arrays on the device between ops. Ternary weights are
+uploaded once (2 bits a weight, 16-byte rows of 64 codes, the layout
+``kernels/bitnet_kernels.cu`` describes); activations are quantized on the
+device; only logits come back. CuPy loads the CUDA driver at run time, so
+this package installs and reports itself unavailable where there is none.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bitnet_core.errors import ProviderError, ShapeError, UnsupportedOperationError
+from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
+from bitnet_core.hal.weights import TernaryWeight
+from bitnet_core.providers.reference import ReferenceProvider
+
+from .module import load_module
+
+WARPS_PER_BLOCK = 8
+MAXT = 8  # tokens per GEMV block (kernels' MAXT)
+CUPY_HINT = "pip install 'bitnet-cuda[cuda12]' (or [cuda13] for a CUDA 13 driver)"
+
+
+def import_cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as exc:
+        raise ProviderError(f"CuPy is not installed: {CUPY_HINT} ({exc})") from exc
+    return cupy
+
+
+def pack_cuda_ternary(codes: np.ndarray) -> np.ndarray:
+    """int8 codes [rows, cols] -> uint32 [rows, kw] (kw multiple of 4): col 16w+4j+i at bits 8i+2j."""
+    rows, cols = codes.shape
+    kw = max(1, -(-cols // 64)) * 4
+    c = np.ones((rows, kw * 16), dtype=np.uint32)  # code 1 = value 0 in the padding
+    c[:, :cols] = codes.astype(np.int32) + 1
+    c = c.reshape(rows, kw, 4, 4)  # [.., j, i]
+    shifts = (8 * np.arange(4)[None, :] + 2 * np.arange(4)[:, None]).astype(np.uint32)
+    return np.bitwise_or.reduce(c << shifts, axis=(2, 3)).astype(np.uint32)
+
+
+@dataclass(eq=False)
+class CudaTernary:
+    words: Any  # cupy uint32 [rows, kw]
+    scales: Any  # cupy float32 [rows]
+    rows: int
+    cols: int
+    host: TernaryWeight
+    dense: Any = None  # float32 copy, made only for the debug path
+
+
+@dataclass(eq=False)
+class CudaQ8:
+    """Quantized activations: int8 [T, kp] (zero padded) and per-row sums."""
+
+    data: Any
+    xsum: Any
+    cols: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.data.shape[0]), self.cols)
+
+
+class CudaProvider(ReferenceProvider):
+    """Runs BitNet ops with CUDA kernels (dp4a GEMV, warp-per-row head, fused norms)."""
+
+    name = "cuda"
+    family = "cuda"
+    device_kind = "gpu"
+    priority = PRIORITIES["cuda"]
+
+    def __init__(self) -> None:
+        self._cp: Any = None
+        self._mod: Any = None
+        self.kernel_source = ""
+
+    # --- probe (seed 002: a reason at each step that fails) -----------------------
+    def probe(self, explicit: bool = False) -> Availability:
+        try:
+            cp = import_cupy()
+        except ProviderError as exc:
+            return Availability.no(str(exc))
+        try:
+            count = cp.cuda.runtime.getDeviceCount()
+        except Exception as exc:
+            return Availability.no(f"CUDA driver/runtime not usable: {exc}")
+        if count < 1:
+            return Availability.no("no CUDA device found")
+        try:
+            props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+            name = (
+                props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+            )
+            cc = (int(props["major"]), int(props["minor"]))
+            free, total = cp.cuda.runtime.memGetInfo()
+        except Exception as exc:
+            return Availability.no(f"CUDA device query failed: {exc}")
+        if cc < (6, 1):
+            return Availability.no(
+                f"{name}: compute capability {cc[0]}.{cc[1]} lacks dp4a (needs 6.1)"
+            )
+        return Availability.yes(
+            f"{name} (sm_{cc[0]}{cc[1]})",
+            devices=count,
+            compute_capability=f"{cc[0]}.{cc[1]}",
+            memory_total=int(total),
+            memory_free=int(free),
+            cupy=cp.__version__,
+        )
+
+    @property
+    def cp(self) -> Any:
+        if self._cp is None:
+            self._cp = import_cupy()
+            try:
+                self._mod, self.kernel_source = load_module(self._cp)
+            except Exception as exc:
+                raise ProviderError(f"CUDA kernels failed to load: {exc}") from exc
+        return self._cp
+
+    def _k(self, name: str) -> Any:
+        _ = self.cp
+        return self._mod.get_function(name)
+
+    # --- memory ---------------------------------------------------------------------
+    def to_device(self, array: np.ndarray) -> Any:
+        a = np.asarray(array)
+        if a.dtype == np.float16 and a.ndim == 2 and a.shape[1] % 2:
+            padded = np.zeros((a.shape[0], a.shape[1] + 1), np.float16)
+            padded[:, :-1] = a
+            return _PaddedF16(self.cp.asarray(padded), a.shape[1])
+        if a.dtype == np.int8 and a.ndim == 2:
+            return self._upload_q8(a)
+        if np.issubdtype(a.dtype, np.integer):
+            return self.cp.asarray(a.astype(np.int32))
+        if a.dtype == np.float16:
+            return self.cp.asarray(a)
+        return self.cp.asarray(a, dtype=np.float32)
+
+    def _upload_q8(self, xq: np.ndarray) -> CudaQ8:
+        t, k = xq.shape
+        kp = max(1, -(-k // 64)) * 64
+        padded = np.zeros((t, kp), np.int8)
+        padded[:, :k] = xq
+        xsum = xq.astype(np.int32).sum(axis=1, dtype=np.int32)
+        return CudaQ8(self.cp.asarray(padded), self.cp.asarray(xsum), k)
+
+    def to_host(self, array: Any) -> np.ndarray:
+        if isinstance(array, CudaQ8):
+            return self.cp.asnumpy(array.data)[:, : array.cols]
+        if isinstance(array, _PaddedF16):
+            return self.cp.asnumpy(array.data)[:, : array.cols]
+        return self.cp.asnumpy(array) if hasattr(array, "device") else np.asarray(array)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> Any:
+        return self.cp.zeros(shape, dtype=dtype)
+
+    def reshape(self, array: Any, shape: tuple[int, ...]) -> Any:
+        if math.prod(shape) != array.size:
+            raise ShapeError(f"reshape: {tuple(array.shape)} cannot become {tuple(shape)}")
+        return array.reshape(shape)
+
+    def load_ternary(self, weight: TernaryWeight) -> CudaTernary:
+        codes, scales = weight.unpack()
+        return CudaTernary(
+            self.cp.asarray(pack_cuda_ternary(codes)),
+            self.cp.asarray(scales.astype(np.float32)),
+            weight.rows,
+            weight.cols,
+            weight,
+        )
+
+    def _f32(self, x: Any) -> Any:
+        if isinstance(x, (CudaQ8, _PaddedF16)):
+            raise UnsupportedOperationError("cuda: expected a float32 array")
+        if not hasattr(x, "device"):
+            return self.cp.asarray(np.asarray(x, np.float32))
+        return x if x.dtype == np.float32 else x.astype(np.float32)
+
+    # --- ops --------------------------------------------------------------------------
+    def embedding(self, table: Any, ids: np.ndarray) -> Any:
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        data = table.data if isinstance(table, _PaddedF16) else table
+        rows = int(data.shape[0])
+        if ids.size and (ids.min() < 0 or ids.max() >= rows):
+            raise ShapeError(f"token id out of range [0, {rows})")
+        cols = table.cols if isinstance(table, _PaddedF16) else int(data.shape[1])
+        return data[self.cp.asarray(ids)][:, :cols].astype(np.float32)
+
+    def rmsnorm(self, x: Any, weight: Any, eps: float) -> Any:
+        x, g = self._f32(x), self._f32(weight)
+        d = int(x.shape[-1])
+        if g.size != d:
+            raise ShapeError(f"rmsnorm: weight of {g.size} for rows of {d}")
+        x = self.cp.ascontiguousarray(x)
+        y = self.cp.empty_like(x)
+        rows = x.size // d if d else 0
+        if rows:
+            self._k("rmsnorm")((rows,), (256,), (x, g, y, np.int32(d), np.float32(eps)))
+        return y
+
+    def quantize_act(self, x: Any) -> tuple[CudaQ8, Any]:
+        x = self.cp.ascontiguousarray(self._f32(x))
+        if x.ndim != 2:
+            raise ShapeError(f"quantize_act expects [T, K] activations, got shape {tuple(x.shape)}")
+        t, k = (int(v) for v in x.shape)
+        kp = max(1, -(-k // 64)) * 64
+        xq = self.cp.empty((t, kp), dtype=np.int8)
+        scale = self.cp.empty((t,), dtype=np.float32)
+        xsum = self.cp.empty((t,), dtype=np.int32)
+        if t:
+            self._k("quantize_act")((t,), (256,), (x, xq, scale, xsum, np.int32(k), np.int32(kp)))
+        return CudaQ8(xq, xsum, k), scale
+
+    def matmul_i2s(self, xq: Any, xscale: Any, weight: CudaTernary) -> Any:
+        if not isinstance(xq, CudaQ8):
+            xq = self._upload_q8(
+                np.asarray(xq, dtype=np.int8) if not hasattr(xq, "device") else self.cp.asnumpy(xq)
+            )
+        xs = self._f32(xscale)
+        t, k = xq.shape
+        if k != weight.cols:
+            raise ShapeError(
+                f"matmul_i2s: activations {(t, k)} do not match weight ({weight.rows}, {weight.cols})"
+            )
+        y = self.cp.empty((t, weight.rows), dtype=np.float32)
+        if t and weight.rows:
+            kw4 = int(weight.words.shape[1]) // 4
+            grid = (-(-weight.rows // WARPS_PER_BLOCK), -(-t // MAXT))
+            self._k("matmul_i2s")(
+                grid,
+                (32 * WARPS_PER_BLOCK,),
+                (
+                    weight.words,
+                    weight.scales,
+                    xq.data,
+                    xs,
+                    xq.xsum,
+                    y,
+                    np.int32(weight.rows),
+                    np.int32(kw4),
+                    np.int32(t),
+                ),
+            )
+        return y
+
+    def linear(self, x: Any, weight: CudaTernary) -> Any:
+        xq, xs = self.quantize_act(x)
+        return self.matmul_i2s(xq, xs, weight)
+
+    def matmul_ternary_float(self, x: Any, weight: CudaTernary) -> Any:
+        """Debug path (no activation quantization): float32 matmul against the expanded weight."""
+        if weight.dense is None:
+            weight.dense = self.cp.asarray(weight.host.dense())
+        x = self._f32(x)
+        if x.ndim != 2 or x.shape[1] != weight.cols:
+            raise ShapeError(
+                f"matmul: activations {tuple(x.shape)} do not match weight ({weight.rows}, {weight.cols})"
+            )
+        return x @ weight.dense.T
+
+    def matmul_dense(self, x: Any, table: Any) -> Any:
+        x = self.cp.ascontiguousarray(self._f32(x))
+        data = table.data if isinstance(table, _PaddedF16) else table
+        cols = table.cols if isinstance(table, _PaddedF16) else int(data.shape[1])
+        if x.ndim != 2 or int(x.shape[1]) != cols:
+            raise ShapeError(
+                f"matmul_dense: {tuple(x.shape)} does not match table ({data.shape[0]}, {cols})"
+            )
+        if data.dtype != np.float16:
+            return x @ self._f32(data).T
+        t, n = int(x.shape[0]), int(data.shape[0])
+        y = self.cp.empty((t, n), dtype=np.float32)
+        if t and n:
+            grid = (-(-n // WARPS_PER_BLOCK), -(-t // MAXT))
+            self._k("matmul_dense_f16")(
+                grid,
+                (32 * WARPS_PER_BLOCK,),
+                (
+                    data,
+                    x,
+                    y,
+                    np.int32(n),
+                    np.int32(cols),
+                    np.int32(data.shape[1] // 2),
+                    np.int32(t),
+                ),
+            )
+        return y
+
+    def rope(
+        self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
+    ) -> Any:
+        x = self.cp.ascontiguousarray(self._f32(x))
+        if x.ndim != 3:
+            raise ShapeError(f"rope expects [T, H, D], got shape {tuple(x.shape)}")
+        t, h, d = (int(v) for v in x.shape)
+        if rot_dim > d or rot_dim % 2:
+            raise ShapeError(f"rope: rot_dim {rot_dim} must be even and <= head dim {d}")
+        if style not in ("neox", "norm"):
+            raise UnsupportedOperationError(f"unknown rope style {style!r}")
+        y = self.cp.empty_like(x)
+        work = t * h * (rot_dim // 2 + d - rot_dim)
+        if work:
+            pos = self.cp.asarray(np.asarray(positions, np.int32).reshape(-1))
+            self._k("rope")(
+                (-(-work // 256),),
+                (256,),
+                (
+                    x,
+                    pos,
+                    y,
+                    np.int32(t),
+                    np.int32(h),
+                    np.int32(d),
+                    np.int32(rot_dim),
+                    np.int32(0 if style == "neox" else 1),
+                    np.float32(math.log2(theta)),
+                ),
+            )
+        return y
+
+    def kv_store(self, cache: Any, x: Any, start: int) -> None:
+        x = self._f32(x)
+        t = int(x.shape[0])
+        if start < 0 or start + t > cache.shape[0] or tuple(x.shape[1:]) != tuple(cache.shape[1:]):
+            raise ShapeError(
+                f"kv_store: {tuple(x.shape)} at {start} does not fit cache {tuple(cache.shape)}"
+            )
+        cache[start : start + t] = x
+
+    def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> Any:
+        q = self.cp.ascontiguousarray(self._f32(q))
+        t, hq, d = (int(v) for v in q.shape)
+        hkv = int(k_cache.shape[1])
+        if hq % hkv or int(k_cache.shape[2]) != d or start + t > k_cache.shape[0]:
+            raise ShapeError(
+                f"attention: q {tuple(q.shape)} vs cache {tuple(k_cache.shape)} at {start}"
+            )
+        out = self.cp.empty_like(q)
+        if t:
+            n_max = start + t
+            scores = self.cp.empty((t, hq, n_max), dtype=np.float32)
+            self._k("attention")(
+                (t, hq),
+                (128,),
+                (
+                    q,
+                    k_cache,
+                    v_cache,
+                    scores,
+                    out,
+                    np.int32(hq),
+                    np.int32(hkv),
+                    np.int32(d),
+                    np.int32(start),
+                    np.int32(n_max),
+                    np.float32(1.0 / math.sqrt(d)),
+                ),
+            )
+        return out
+
+    def silu(self, x: Any) -> Any:
+        x = self._f32(x)
+        return x / (1.0 + self.cp.exp(-x))
+
+    def relu2(self, x: Any) -> Any:
+        r = self.cp.maximum(self._f32(x), 0.0)
+        return r * r
+
+    def silu_mul(self, gate: Any, up: Any) -> Any:
+        self._check_same(gate, up, "silu_mul")
+        return self.silu(gate) * self._f32(up)
+
+    def relu2_mul(self, gate: Any, up: Any) -> Any:
+        self._check_same(gate, up, "relu2_mul")
+        return self.relu2(gate) * self._f32(up)
+
+    def add(self, a: Any, b: Any) -> Any:
+        self._check_same(a, b, "add")
+        return self._f32(a) + self._f32(b)
+
+    def mul(self, a: Any, b: Any) -> Any:
+        self._check_same(a, b, "mul")
+        return self._f32(a) * self._f32(b)
+
+    @staticmethod
+    def _check_same(a: Any, b: Any, op: str) -> None:
+        if tuple(np.shape(a)) != tuple(np.shape(b)):
+            raise ShapeError(f"{op}: shapes {tuple(np.shape(a))} and {tuple(np.shape(b))} differ")
+
+
+@dataclass(eq=False)
+class _PaddedF16:
+    """An f16 table whose rows were padded to an even length for half2 loads."""
+
+    data: Any
+    cols: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.data.shape[0]), self.cols)

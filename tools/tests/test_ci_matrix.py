@@ -1,0 +1,73 @@
+"""ci/matrix.py: the lanes file parses, every package has a lane, exit 5 and timeouts."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def matrix():
+    spec = importlib.util.spec_from_file_location("ci_matrix", ROOT / "ci" / "matrix.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["ci_matrix"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_package_has_a_lane(matrix):
+    lanes = matrix.load()
+    names = [lane.name for lane in lanes]
+    assert len(names) == len(set(names)), names
+    tested = {t for lane in lanes for t in lane.tests}
+    for pkg in (ROOT / "packages").iterdir():
+        if (pkg / "pyproject.toml").exists():
+            assert f"packages/{pkg.name}/tests" in tested, pkg.name
+    for required in ("lint", "core", "fuzz", "crossval", "template", "gpu-smoke"):
+        assert required in names
+    assert not next(lane for lane in lanes if lane.name == "gpu-smoke").ci
+
+
+def test_system_packages_of_the_ci_lanes(matrix, capsys):
+    assert matrix.main(["system-packages", "--ci"]) == 0
+    packages = capsys.readouterr().out.split()
+    assert "pocl-opencl-icd" in packages and "mesa-vulkan-drivers" in packages
+
+
+def test_no_tests_is_not_a_failure(matrix, tmp_path, monkeypatch):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_x.py").write_text("def test_x():\n    pass\n")
+    monkeypatch.setattr(matrix, "ROOT", tmp_path)
+    none = matrix.Lane("none", tests=["tests"], markers="crossval", timeout=2)
+    assert matrix.run_lane(none).status == "no tests"
+    some = matrix.Lane("some", tests=["tests"], timeout=2)
+    assert matrix.run_lane(some).status == "passed"
+    missing = matrix.Lane("missing", tests=["nowhere"], timeout=2)
+    assert matrix.run_lane(missing).status == "no tests"
+
+
+def test_failures_and_timeouts_fail_the_lane(matrix, tmp_path, monkeypatch):
+    monkeypatch.setattr(matrix, "ROOT", tmp_path)
+    assert matrix.run_lane(matrix.Lane("bad", run=["exit 3"], timeout=1)).status == "failed"
+    slow = matrix.Lane("slow", run=["sleep 30"], timeout=0.02)
+    result = matrix.run_lane(slow)
+    assert result.status == "timeout" and result.seconds < 20
+
+
+def test_ci_deadline_stops_lanes(matrix, tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setattr(matrix, "ROOT", tmp_path)
+    monkeypatch.setattr(matrix, "MIN_LANE_SECONDS", 2)
+    monkeypatch.setenv("BITNET_CI_DEADLINE", str(time.time() + 1))
+    result = matrix.run_lane(matrix.Lane("late", run=["true"], timeout=5))
+    assert result.status == "no time"
+    monkeypatch.setenv("BITNET_CI_DEADLINE", str(time.time() + 4))
+    result = matrix.run_lane(matrix.Lane("cut", run=["sleep 60"], timeout=5))
+    assert result.status == "timeout" and result.seconds < 20
