@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-PROJ = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from bitnet_core.convert.hf_random import TERNARY_PROJ
 
 
 @dataclass
@@ -112,7 +112,7 @@ def activation_quant(model, block: int | None = None):
     handles = [
         m.register_forward_pre_hook(_act_quant_hook(block))
         for name, m in model.named_modules()
-        if name.rsplit(".", 1)[-1] in PROJ
+        if name.rsplit(".", 1)[-1] in TERNARY_PROJ
     ]
     try:
         yield model
