@@ -62,11 +62,12 @@ struct DenseArgs {
 
 struct AttentionArgs {
     const float *q;         // [T, Hq, D]
-    const float *k;         // [S, Hkv, D]
-    const float *v;         // [S, Hkv, D]
+    const void *k;          // [S, Hkv, D] float32, or float16 bits (kv_f16)
+    const void *v;          // [S, Hkv, D] likewise
     float *out;             // [T, Hq, D]
     int64_t T, Hq, Hkv, D, start;
     float scale;
+    bool kv_f16;
 };
 
 struct KernelTable {
@@ -88,6 +89,8 @@ struct KernelTable {
     // out[i] = silu(g[i]) * u[i] / relu(g[i])^2 * u[i] for i in [i0, i1)
     void (*silu_mul)(const float *g, const float *u, float *out, int64_t i0, int64_t i1);
     void (*relu2_mul)(const float *g, const float *u, float *out, int64_t i0, int64_t i1);
+    // out[i] = float16 bits of x[i], rounded to nearest even (as numpy's astype)
+    void (*to_f16)(const float *x, uint16_t *out, int64_t n);
 };
 
 const KernelTable *kernels_scalar();

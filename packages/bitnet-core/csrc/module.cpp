@@ -4,5 +4,7 @@
 PYBIND11_MODULE(_native, m) {
     m.doc() = "bitnet-core native code: CPU feature detection and CPU kernels";
     bitnet::register_cpu_features(m);
+    bitnet::register_tensors(m);
     bitnet::register_ops(m);
+    bitnet::register_model(m);
 }

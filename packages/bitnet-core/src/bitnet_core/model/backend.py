@@ -67,6 +67,30 @@ def make_reshape(provider: Any) -> Callable[[Any, tuple[int, ...]], Any]:
     return reshape
 
 
+def provider_kv_dtypes(provider: Any) -> tuple[str, ...]:
+    """The provider's ``kv_dtypes`` (a tuple of dtype names), or ``("float32",)``."""
+    supported = getattr(provider, "kv_dtypes", None)
+    if isinstance(supported, (tuple, list)) and supported:
+        return tuple(str(s) for s in supported)
+    return ("float32",)
+
+
+def resolve_kv_dtype(provider: Any, config: KVCacheConfig | None) -> np.dtype:
+    """The KV cache dtype: the config's, else the provider's first ``kv_dtypes`` (default float32).
+
+    A provider lists the cache dtypes its ``kv_store``/``attention`` accept in
+    ``kv_dtypes`` (preferred first); one without the attribute takes float32 only.
+    """
+    supported = provider_kv_dtypes(provider)
+    want = config.dtype if config is not None and config.dtype is not None else supported[0]
+    if want not in supported:
+        raise ConfigError(
+            f"provider {getattr(provider, 'name', provider)} keeps its KV cache in "
+            f"{' or '.join(supported)}, not {want}"
+        )
+    return np.dtype(want)
+
+
 class GenericBackend:
     """Runs one model on one provider through the ops of the ``KernelProvider`` protocol."""
 
@@ -89,15 +113,18 @@ class GenericBackend:
         self.weights = DeviceWeights.upload(provider, weights, progress=progress)
         self.pool = MemoryPool(lambda shape, dtype: provider.empty(shape, dtype))
         cfg = self.config
+        kv_dtype = resolve_kv_dtype(provider, kv_cache)
         self.kv = KVCache(
             num_layers=cfg.num_layers,
             kv_heads=cfg.num_kv_heads,
             head_dim=cfg.head_dim,
             context_length=cfg.context_length,
             config=kv_cache,
-            allocate=lambda shape: self.pool.acquire(shape, np.float32),
+            allocate=lambda shape: self.pool.acquire(shape, kv_dtype),
             free=self.pool.release,
             copy=lambda dst, src: provider.kv_store(dst, src, 0),
+            dtype=kv_dtype,
+            lazy=getattr(provider, "commits_on_touch", False) is True,
         )
         self._reshape = make_reshape(provider)
         self._lock = threading.Lock()  # one forward at a time: the device and cache are shared

@@ -1,9 +1,14 @@
 """The KV cache (seed 003): several sequences share one budget of blocks.
 
 Each sequence owns, per layer, a K and a V device array ``[capacity, kv_heads,
-head_dim]`` that the provider's ``kv_store``/``attention`` ops work on.
-Capacity grows in whole blocks of ``block_size`` tokens (doubling, so a long
-generation copies its cache O(log n) times). The cache charges every sequence
+head_dim]`` that the provider's ``kv_store``/``attention`` ops work on, in
+float32 or float16 (``KVCacheConfig.dtype``; the backend resolves ``None`` to
+its provider's preference). Capacity grows in whole blocks of ``block_size``
+tokens (doubling, so a long generation copies its cache O(log n) times).
+Where the device memory is committed on first write (``lazy=True``: numpy
+arrays on the host, whose untouched pages cost nothing), a sequence's arrays
+are made once at its full ``max_len`` and its capacity grows without copies;
+only the blocks it uses are charged. The cache charges every sequence
 for the blocks it holds against two limits, ``max_bytes`` and ``max_tokens``;
 when a sequence needs more blocks than are free, other sequences are evicted
 by the policy (LRU: least recently used, FIFO: oldest, LFU: least often used)
@@ -43,6 +48,8 @@ class KVCacheConfig:
     max_seq_len: int | None = None
     block_size: int = 64
     policy: EvictionPolicy | str = EvictionPolicy.LRU
+    #: ``"float32"`` or ``"float16"`` (``"f32"``/``"f16"`` accepted); None: the provider's choice
+    dtype: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_bytes", "block_size"):
@@ -61,6 +68,22 @@ class KVCacheConfig:
                 f"kv cache: unknown eviction policy {self.policy!r} (known: {known})"
             ) from None
         object.__setattr__(self, "policy", policy)
+        if self.dtype is not None:
+            object.__setattr__(self, "dtype", kv_dtype_name(self.dtype))
+
+
+KV_DTYPES = {"float32": "float32", "f32": "float32", "float16": "float16", "f16": "float16"}
+
+
+def kv_dtype_name(name: Any) -> str:
+    """``"float32"`` or ``"float16"`` for a KV cache dtype name (else ``ConfigError``)."""
+    try:
+        key = name.lower() if isinstance(name, str) else np.dtype(name).name
+    except TypeError:
+        key = ""
+    if key not in KV_DTYPES:
+        raise ConfigError(f"kv cache: dtype must be float32 (f32) or float16 (f16), got {name!r}")
+    return KV_DTYPES[key]
 
 
 class Sequence:
@@ -71,7 +94,8 @@ class Sequence:
         self.id = seq_id
         self.max_len = max_len
         self.length = 0
-        self.capacity = 0
+        self.capacity = 0  # tokens charged to the cache
+        self.allocated = 0  # tokens the arrays hold (> capacity only in a lazy cache)
         self.k: list[Any] = []
         self.v: list[Any] = []
         self.created = cache._tick()
@@ -130,9 +154,10 @@ class Sequence:
 class KVCache:
     """Blocks of K/V memory shared by sequences, within byte and token limits.
 
-    ``allocate(shape)`` makes one device array (float32 ``[tokens, kv_heads,
+    ``allocate(shape)`` makes one device array (``dtype``, ``[tokens, kv_heads,
     head_dim]``), ``free(array)`` gives one back, ``copy(dst, src)`` copies
-    ``src``'s rows into the start of ``dst`` when a sequence grows.
+    ``src``'s rows into the start of ``dst`` when a sequence grows. ``lazy``:
+    ``allocate`` commits memory only where it is written (see the module doc).
     """
 
     def __init__(
@@ -147,8 +172,11 @@ class KVCache:
         free: Callable[[Any], None] | None = None,
         copy: Callable[[Any, Any], None],
         dtype: Any = np.float32,
+        lazy: bool = False,
     ) -> None:
         self.config = config or KVCacheConfig()
+        self.lazy = lazy
+        self.dtype = np.dtype(dtype)
         self.num_layers = num_layers
         self.kv_heads = kv_heads
         self.head_dim = head_dim
@@ -218,7 +246,7 @@ class KVCache:
             self._free(a)
         seq.k, seq.v = [], []
         self.used_blocks -= seq.blocks
-        seq.capacity = 0
+        seq.capacity = seq.allocated = 0
         self.sequences.pop(seq.id, None)
 
     def _victim_key(self, s: Sequence) -> tuple:
@@ -281,13 +309,16 @@ class KVCache:
             want = max(need_blocks, min(want, seq.blocks + free))
         self._evict_for(seq, want - seq.blocks)
         new_cap = want * bs
-        shape = (new_cap, self.kv_heads, self.head_dim)
-        new_k = [self._allocate(shape) for _ in range(self.num_layers)]
-        new_v = [self._allocate(shape) for _ in range(self.num_layers)]
-        if seq.length:
-            for old, new in zip((*seq.k, *seq.v), (*new_k, *new_v), strict=True):
-                self._copy(new, old)
-        for a in (*seq.k, *seq.v):
-            self._free(a)
+        if new_cap > seq.allocated:  # (a lazy cache allocates once, at max_len)
+            size = max_blocks_seq * bs if self.lazy else new_cap
+            shape = (size, self.kv_heads, self.head_dim)
+            new_k = [self._allocate(shape) for _ in range(self.num_layers)]
+            new_v = [self._allocate(shape) for _ in range(self.num_layers)]
+            if seq.length:
+                for old, new in zip((*seq.k, *seq.v), (*new_k, *new_v), strict=True):
+                    self._copy(new, old)
+            for a in (*seq.k, *seq.v):
+                self._free(a)
+            seq.k, seq.v, seq.allocated = new_k, new_v, size
         self.used_blocks += want - seq.blocks
-        seq.k, seq.v, seq.capacity = new_k, new_v, new_cap
+        seq.capacity = new_cap

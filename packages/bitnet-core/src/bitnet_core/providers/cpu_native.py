@@ -16,7 +16,9 @@ Settings (environment, or the constructor / ``set_threads``):
   20% fewer bytes, more decode work);
 - ``BITNET_CPU_INT8_HEAD=1``: run ``matmul_dense`` (the output head) on an int8
   copy of the table with per-row scales: half the bytes of float16, an
-  approximation (about 1% relative error of the logits), so off by default.
+  approximation (about 1% relative error of the logits), so off by default;
+- ``BITNET_CPU_FUSED=0``: run models op by op through the generic engine
+  instead of the fused C++ forward pass (``cpu_backend.FusedCpuBackend``).
 
 See docs/CPU_KERNELS.md for the layouts and kernels.
 """
@@ -79,6 +81,8 @@ class NativeCpuProvider(ReferenceProvider):
     family = "cpu"
     device_kind = "cpu"
     priority = PRIORITIES["cpu-scalar"]
+    #: float16 first, as llama.cpp: half the bytes decode reads from the cache each step
+    kv_dtypes = ("float16", "float32")
 
     def __init__(
         self, threads: int | None = None, layout: str | None = None, int8_head: bool | None = None
@@ -202,19 +206,34 @@ class NativeCpuProvider(ReferenceProvider):
         return self._run("matmul_ternary_float", _f32(x), weight)
 
     def matmul_dense(self, x: np.ndarray, table: Any) -> np.ndarray:
-        if self.int8_head:
-            return self._run("matmul_dense_i8", _f32(x), self._i8_table(table))
-        return self._run("matmul_dense", _f32(x), np.asarray(table))
+        head = self.head_table(table)
+        if isinstance(head, np.ndarray):
+            return self._run("matmul_dense", _f32(x), head)
+        return self._run("matmul_dense_i8", _f32(x), head)
 
-    def _i8_table(self, table: Any) -> Any:
-        """The int8 copy of a dense table, made once per table object."""
+    def head_table(self, table: Any) -> Any:
+        """What ``matmul_dense`` runs on: the table, or its int8 copy (``int8_head``)."""
+        if not self.int8_head:
+            return np.asarray(table)
         hit = self._i8_tables.get(id(table))
         if hit is not None and hit[0] is table:
             return hit[1]
-        mod, _ = load_native()
-        dense = mod.DenseI8(np.asarray(table, dtype=np.float32))
+        dense = self.native_module().DenseI8(np.asarray(table))  # float16 or float32, row by row
         self._i8_tables[id(table)] = (table, dense)  # keeps `table` alive: its id stays unique
         return dense
+
+    # --- the fused backend -------------------------------------------------------
+    def native_module(self) -> Any:
+        mod, reason = load_native()
+        if mod is None:
+            raise UnsupportedOperationError(reason)
+        return mod
+
+    def make_backend(self, weights: Any, **opts: Any) -> Any:
+        """The fused C++ forward pass (``cpu_backend``), or None with ``BITNET_CPU_FUSED=0``."""
+        from .cpu_backend import FusedCpuBackend, fused_enabled
+
+        return FusedCpuBackend(self, weights, **opts) if fused_enabled() else None
 
     def rope(
         self,
@@ -232,7 +251,7 @@ class NativeCpuProvider(ReferenceProvider):
     def attention(
         self, q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, start: int
     ) -> np.ndarray:
-        return self._run("attention", _f32(q), _f32(k_cache), _f32(v_cache), int(start))
+        return self._run("attention", _f32(q), k_cache, v_cache, int(start))
 
     def silu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
         return self._run("silu_mul", _f32(gate), _f32(up))

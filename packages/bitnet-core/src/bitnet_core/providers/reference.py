@@ -53,6 +53,10 @@ class ReferenceProvider:
     family = "cpu"
     device_kind = "cpu"
     priority = PRIORITIES["cpu-reference"]
+    #: KV cache dtypes kv_store/attention accept, preferred first (the spec: float32)
+    kv_dtypes = ("float32", "float16")
+    #: host memory from ``empty`` (np.zeros) is committed only where it is written
+    commits_on_touch = True
 
     def probe(self, explicit: bool = False) -> Availability:
         return Availability.yes("numpy " + np.__version__, bitnet_core=__version__)

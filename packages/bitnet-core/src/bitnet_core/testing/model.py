@@ -27,7 +27,9 @@ every linear moved them by 1.5-3.7 %; a real provider has a handful per
 forward at most). A wrong op or a broken cache moves them by tens of %
 (a matmul that drops its last column: 46-57 %).
 These checks catch what op-level checks cannot: device arrays reused while
-still in use, reshape semantics, the cache across calls.
+still in use, reshape semantics, the cache across calls. Both engines keep
+their KV cache in float32 when the provider supports it (``kv_dtypes``), even
+where it prefers float16 (see ``_kv_config``).
 """
 
 from __future__ import annotations
@@ -95,26 +97,47 @@ def _weights(config_name: str) -> Any:
     return random_weights(BitNetConfig(**MODEL_CONFIGS[config_name]), seed=7)
 
 
-def _reference(config_name: str) -> Any:
-    """The reference engine for a config (built once per process)."""
-    if config_name not in _REFERENCE_BACKENDS:
+def _kv_config(provider: Any) -> Any:
+    """The KV cache both engines use: float32 where ``provider`` supports it, else its own dtype.
+
+    Rounding K/V to float16 is a storage choice on top of the computation the
+    kit checks: it moves int8 activation codes at quantizer ties (see the
+    module doc), by up to a few % of the logits on these tiny random models
+    (0.4 % on the trained demo model), so it is compared in float32.
+    """
+    from ..model import KVCacheConfig
+    from ..model.backend import provider_kv_dtypes
+
+    supported = provider_kv_dtypes(provider)
+    return KVCacheConfig(dtype="float32" if "float32" in supported else supported[0])
+
+
+def _reference(config_name: str, provider: Any) -> Any:
+    """The reference engine for a config and ``provider``'s KV dtype (built once per process)."""
+    kv = _kv_config(provider)
+    key = f"{config_name}/{kv.dtype}"
+    if key not in _REFERENCE_BACKENDS:
         from ..model import GenericBackend
         from ..providers.reference import ReferenceProvider
 
-        _REFERENCE_BACKENDS[config_name] = GenericBackend(
-            ReferenceProvider(), _weights(config_name), progress=False
+        _REFERENCE_BACKENDS[key] = GenericBackend(
+            ReferenceProvider(), _weights(config_name), progress=False, kv_cache=kv
         )
-    return _REFERENCE_BACKENDS[config_name]
+    return _REFERENCE_BACKENDS[key]
 
 
 def _backend(provider: Any, config_name: str) -> Any:
     """The provider's own backend when it offers one, else the generic engine."""
+    return _provider_backend(provider, _weights(config_name))
+
+
+def _provider_backend(provider: Any, weights: Any) -> Any:
     from ..model import GenericBackend
 
-    weights = _weights(config_name)
+    opts = dict(progress=False, kv_cache=_kv_config(provider))
     make = getattr(provider, "make_backend", None)
-    backend = make(weights, progress=False) if make is not None else None
-    return backend if backend is not None else GenericBackend(provider, weights, progress=False)
+    backend = make(weights, **opts) if make is not None else None
+    return backend if backend is not None else GenericBackend(provider, weights, **opts)
 
 
 def _prompt(config_name: str, n: int, seed: int) -> np.ndarray:
@@ -130,14 +153,14 @@ def _close(what: str, got: np.ndarray, want: np.ndarray) -> None:
 
 def check_prefill(provider: Any, config_name: str) -> None:
     ids = _prompt(config_name, 11, 1)
-    want = _reference(config_name).logits(ids)
+    want = _reference(config_name, provider).logits(ids)
     got = _backend(provider, config_name).logits(ids)
     _close(f"prefill logits ({config_name}, {ids.size} tokens)", got, want)
 
 
 def check_decode(provider: Any, config_name: str) -> None:
     ids = _prompt(config_name, 11, 2)
-    ref, dut = _reference(config_name), _backend(provider, config_name)
+    ref, dut = _reference(config_name, provider), _backend(provider, config_name)
     with ref.new_cache() as ref_seq, dut.new_cache() as dut_seq:
         for start, stop in ((0, 5), *((i, i + 1) for i in range(5, 11))):
             chunk = ids[start:stop]
@@ -153,7 +176,7 @@ def check_greedy(provider: Any, config_name: str, steps: int = 12) -> int:
     where the reference's best two logits are closer than twice the provider's
     actual error at that step (a tie it may break either way: stop comparing).
     """
-    ref, dut = _reference(config_name), _backend(provider, config_name)
+    ref, dut = _reference(config_name, provider), _backend(provider, config_name)
     prompt = _prompt(config_name, 4, 3)
     want_tokens: list[int] = []
     got_tokens: list[int] = []
@@ -205,13 +228,18 @@ def check_file(provider: Any, fmt: str) -> None:
     weights = _file_weights(fmt)
     ids = np.random.default_rng(4).integers(0, FILE_CONFIG["vocab_size"], size=9)
     key = f"file-{fmt}"
+    kv = _kv_config(provider)
+    key = f"{key}/{kv.dtype}"
     if key not in _REFERENCE_BACKENDS:
-        _REFERENCE_BACKENDS[key] = GenericBackend(ReferenceProvider(), weights, progress=False)
+        _REFERENCE_BACKENDS[key] = GenericBackend(
+            ReferenceProvider(), weights, progress=False, kv_cache=kv
+        )
     want = _REFERENCE_BACKENDS[key].logits(ids)
-    make = getattr(provider, "make_backend", None)
-    backend = make(weights, progress=False) if make is not None else None
-    backend = backend if backend is not None else GenericBackend(provider, weights, progress=False)
-    _close(f"prefill logits of a {fmt} GGUF model", backend.logits(ids), want)
+    _close(
+        f"prefill logits of a {fmt} GGUF model",
+        _provider_backend(provider, weights).logits(ids),
+        want,
+    )
 
 
 def model_checks() -> list[ModelCheck]:

@@ -1,0 +1,170 @@
+// See compute.h.
+#include "compute.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "threadpool.h"
+
+namespace bitnet {
+
+namespace {
+
+template <typename Args, void (*(KernelTable::*Member))(const Args &, int64_t, int64_t)>
+struct Job {
+    const KernelTable *k;
+    const Args *a;
+    static void run(void *ctx, int64_t b, int64_t e) {
+        auto *j = static_cast<Job *>(ctx);
+        (j->k->*Member)(*j->a, b, e);
+    }
+};
+
+// a few chunks per thread, so a descheduled thread does not stall the others
+int64_t chunk(int64_t n, int threads, int64_t grain) {
+    return std::max<int64_t>(grain, n / (threads * 8) / grain * grain);
+}
+
+constexpr int kMaxOuts = 8;
+
+struct TernaryJob {
+    const KernelTable *k;
+    TernaryArgs args[kMaxOuts];
+    bool i2[kMaxOuts];
+    int64_t first[kMaxOuts + 1];  // global row where output i starts
+    int n;
+
+    static void run(void *ctx, int64_t b, int64_t e) {
+        auto *j = static_cast<TernaryJob *>(ctx);
+        for (int i = 0; i < j->n && b < e; ++i) {
+            const int64_t lo = std::max(b, j->first[i]), hi = std::min(e, j->first[i + 1]);
+            if (lo >= hi) continue;
+            const int64_t r0 = lo - j->first[i], r1 = hi - j->first[i];
+            if (j->i2[i]) j->k->ternary_i2(j->args[i], r0, r1);
+            else j->k->ternary_tq1(j->args[i], r0, r1);
+        }
+    }
+};
+
+}  // namespace
+
+Compute::Compute(const KernelTable *k, int threads) : k_(k), threads_(threads) {
+    if (!k_) throw std::invalid_argument("no kernel table");
+    if (threads_ <= 0) threads_ = default_threads();
+}
+
+template <typename Args, void (*(KernelTable::*Member))(const Args &, int64_t, int64_t)>
+void Compute::run_rows(const Args &a, int64_t n, int64_t grain) const {
+    Job<Args, Member> job{k_, &a};
+    parallel_for(n, chunk(n, threads_, grain), threads_, &Job<Args, Member>::run, &job);
+}
+
+void Compute::quantize(const float *x, int64_t T, int64_t K, int64_t kp, int8_t *xq, float *xs,
+                       int32_t *sum) const {
+    if (T < 8) {
+        k_->quantize_rows(x, K, kp, xq, xs, sum, 0, T);
+        return;
+    }
+    struct Ctx {
+        const KernelTable *k;
+        const float *x;
+        int64_t K, kp;
+        int8_t *xq;
+        float *xs;
+        int32_t *sum;
+    } ctx{k_, x, K, kp, xq, xs, sum};
+    parallel_for(T, 4, threads_, [](void *c, int64_t t0, int64_t t1) {
+        auto *p = static_cast<Ctx *>(c);
+        p->k->quantize_rows(p->x, p->K, p->kp, p->xq, p->xs, p->sum, t0, t1);
+    }, &ctx);
+}
+
+void Compute::ternary(const TernaryOut *outs, int n, const int8_t *xq, int64_t x_stride,
+                      const float *xs, const int32_t *sum, int64_t T) const {
+    if (n < 1 || n > kMaxOuts) throw std::invalid_argument("ternary: 1 to 8 outputs");
+    TernaryJob job;
+    job.k = k_;
+    job.n = n;
+    job.first[0] = 0;
+    for (int i = 0; i < n; ++i) {
+        const TernaryMatrix &w = *outs[i].w;
+        job.args[i] = TernaryArgs{w.ptr, w.row_bytes, w.scales.data(), w.kp, xq, x_stride, sum,
+                                  xs, T, outs[i].y, w.rows, w.tq2()};
+        job.i2[i] = w.i2_blocks();
+        job.first[i + 1] = job.first[i] + w.rows;
+    }
+    const int64_t rows = job.first[n];
+    parallel_for(rows, chunk(rows, threads_, 16), threads_, &TernaryJob::run, &job);
+}
+
+void Compute::dense(const void *w, bool f16, int64_t N, int64_t K, const float *x, int64_t T,
+                    float *y) const {
+    DenseArgs a{w, K, K, x, nullptr, K, nullptr, nullptr, T, y, N};
+    if (f16) run_rows<DenseArgs, &KernelTable::dense_f16>(a, N, 32);
+    else run_rows<DenseArgs, &KernelTable::dense_f32>(a, N, 32);
+}
+
+void Compute::dense_i8(const DenseI8 &d, const float *x, int64_t T, float *y, int8_t *xq, float *xs,
+                       int32_t *sum) const {
+    quantize(x, T, d.cols, d.stride, xq, xs, sum);
+    DenseArgs a{d.data.get(), d.stride, d.cols, nullptr, xq, d.stride, xs, d.scales.data(), T, y, d.rows};
+    run_rows<DenseArgs, &KernelTable::dense_i8>(a, d.rows, 32);
+}
+
+void Compute::attention(const AttentionArgs &a) const {
+    // items are (token, head); a chunk holds whole groups of heads that share
+    // K/V rows, so a group reads them from memory once
+    run_rows<AttentionArgs, &KernelTable::attention>(a, a.T * a.Hq, a.Hq / a.Hkv);
+}
+
+void Compute::gated(bool silu, const float *g, const float *u, float *out, int64_t n) const {
+    struct Ctx {
+        void (*fn)(const float *, const float *, float *, int64_t, int64_t);
+        const float *g, *u;
+        float *y;
+    } ctx{silu ? k_->silu_mul : k_->relu2_mul, g, u, out};
+    parallel_for(n, 16384, threads_, [](void *c, int64_t i0, int64_t i1) {
+        auto *p = static_cast<Ctx *>(c);
+        p->fn(p->g, p->u, p->y, i0, i1);
+    }, &ctx);
+}
+
+void Compute::rmsnorm(const float *x, const float *w, int64_t T, int64_t K, double eps, float *y) {
+    for (int64_t t = 0; t < T; ++t) {
+        const float *xr = x + t * K;
+        float *yr = y + t * K;
+        double ss = 0.0;
+        for (int64_t k = 0; k < K; ++k) ss += static_cast<double>(xr[k]) * xr[k];
+        const double inv = 1.0 / std::sqrt(ss / static_cast<double>(K) + eps);
+        for (int64_t k = 0; k < K; ++k) yr[k] = static_cast<float>(static_cast<double>(xr[k]) * inv * w[k]);
+    }
+}
+
+void Compute::rope(float *x, int64_t T, int64_t H, int64_t D, const int64_t *pos, double theta,
+                   bool neox, int64_t rot_dim) {
+    const int64_t half = rot_dim / 2;
+    std::vector<double> inv(half), cs(half), sn(half);
+    for (int64_t i = 0; i < half; ++i)
+        inv[i] = std::pow(theta, -static_cast<double>(i) * 2.0 / static_cast<double>(rot_dim));
+    for (int64_t t = 0; t < T; ++t) {
+        for (int64_t i = 0; i < half; ++i) {
+            double ang = static_cast<double>(pos[t]) * inv[i];
+            cs[i] = std::cos(ang);
+            sn[i] = std::sin(ang);
+        }
+        for (int64_t h = 0; h < H; ++h) {
+            float *xr = x + (t * H + h) * D;
+            for (int64_t i = 0; i < half; ++i) {
+                const int64_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
+                const double a = xr[ia], b = xr[ib];
+                xr[ia] = static_cast<float>(a * cs[i] - b * sn[i]);
+                xr[ib] = static_cast<float>(b * cs[i] + a * sn[i]);
+            }
+        }
+    }
+}
+
+}  // namespace bitnet

@@ -1,0 +1,74 @@
+// The CPU ops on raw host memory: one instruction set's kernel table plus a
+// thread count. Both the per-op bindings (`Kernels`, ops.cpp) and the fused
+// model (`CpuModel`, model.cpp) run through this class, so the two compute
+// the very same numbers. No Python here: callers release the GIL.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "kernels.h"
+#include "tensors.h"
+
+namespace bitnet {
+
+// The kernel table of an instruction set ("scalar", "avx2", "avx512", "neon");
+// std::invalid_argument if it is not compiled in or the CPU lacks a feature.
+const KernelTable *kernel_table(const std::string &isa);
+
+// One output of a ternary matmul: y [T, w->rows] = x W^T.
+struct TernaryOut {
+    const TernaryMatrix *w;
+    float *y;
+};
+
+class Compute {
+  public:
+    Compute(const KernelTable *k, int threads);
+
+    const KernelTable *table() const { return k_; }
+    int threads() const { return threads_; }
+
+    // per-token absmax int8 quantization of x [T, K] into xq [T, kp] (zero
+    // padded to kp), scales xs [T] and code sums [T]
+    void quantize(const float *x, int64_t T, int64_t K, int64_t kp, int8_t *xq, float *xs,
+                  int32_t *sum) const;
+
+    // y_i = xq W_i^T for every output, in one parallel job (the matrices
+    // share the quantized input: q/k/v, gate/up). xq has x_stride >= every
+    // matrix's padded kp and is zero beyond K.
+    void ternary(const TernaryOut *outs, int n, const int8_t *xq, int64_t x_stride, const float *xs,
+                 const int32_t *sum, int64_t T) const;
+
+    // y [T, N] = x [T, K] w^T for a float16 (bits) or float32 table w [N, K]
+    void dense(const void *w, bool f16, int64_t N, int64_t K, const float *x, int64_t T, float *y) const;
+
+    // y [T, rows] = x [T, cols] d^T on the int8 table; xq holds T * d.stride bytes of scratch
+    void dense_i8(const DenseI8 &d, const float *x, int64_t T, float *y, int8_t *xq, float *xs,
+                  int32_t *sum) const;
+
+    // causal grouped-query attention of q [T, Hq, D] over k/v [S, Hkv, D] at `start`
+    void attention(const AttentionArgs &a) const;
+
+    // float16 bits of x [n], rounded to nearest even (a float16 KV cache)
+    void to_f16(const float *x, uint16_t *out, int64_t n) const { k_->to_f16(x, out, n); }
+
+    // out = silu(g) * u (silu) or relu(g)^2 * u, n elements
+    void gated(bool silu, const float *g, const float *u, float *out, int64_t n) const;
+
+    // The ops below are a single pass over a few KB per token: float64 as the
+    // reference, one thread.
+    // y [T, K] = x / rms(x) * w (y may be x)
+    static void rmsnorm(const float *x, const float *w, int64_t T, int64_t K, double eps, float *y);
+    // rotary embedding of x [T, H, D] in place, token t at position pos[t]
+    static void rope(float *x, int64_t T, int64_t H, int64_t D, const int64_t *pos, double theta,
+                     bool neox, int64_t rot_dim);
+
+  private:
+    template <typename Args, void (*(KernelTable::*Member))(const Args &, int64_t, int64_t)>
+    void run_rows(const Args &a, int64_t n, int64_t grain) const;
+
+    const KernelTable *k_;
+    int threads_;
+};
+
+}  // namespace bitnet

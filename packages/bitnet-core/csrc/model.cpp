@@ -1,0 +1,291 @@
+// The fused CPU forward pass: a whole BitNet b1.58 model, all layers, in one
+// call with the GIL released (`CpuModel`, used by the native CPU providers'
+// backend, bitnet_core/providers/cpu_backend.py).
+//
+// It runs the graph of the generic engine (bitnet_core/model/backend.py)
+// with the same `Compute` ops in the same order, so its logits equal the
+// op-by-op path bit for bit; what it saves is the Python between ops (a
+// decode step is ~15 ops a layer), the allocation of every intermediate
+// array, and one activation quantization and thread hand-off for each of
+// q/k/v and gate/up, which share their input.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "compute.h"
+#include "native.h"
+#include "tensors.h"
+
+namespace py = pybind11;
+
+namespace bitnet {
+namespace {
+
+using F32Array = py::array_t<float, py::array::c_style>;
+
+// A float16 or float32 table [rows, cols], kept alive.
+struct Table {
+    py::array keep;
+    const void *ptr = nullptr;
+    bool f16 = false;
+    int64_t rows = 0, cols = 0;
+
+    static Table from(py::array a, const char *what) {
+        Table t;
+        if (a.ndim() != 2) throw std::invalid_argument(std::string(what) + " must be 2-D");
+        t.f16 = a.dtype().is(py::dtype("float16"));
+        if (t.f16) t.keep = CArray<uint16_t>::ensure(a.attr("view")("uint16"));
+        else if (a.dtype().is(py::dtype::of<float>())) t.keep = CArray<float>::ensure(a);
+        else throw std::invalid_argument(std::string(what) + " must be float16 or float32");
+        t.ptr = t.keep.data();
+        t.rows = a.shape(0);
+        t.cols = a.shape(1);
+        return t;
+    }
+
+    // row r as float32 (float16 -> float32 is exact, as numpy's astype)
+    void row(int64_t r, float *out) const {
+        if (f16) {
+            const uint16_t *h = static_cast<const uint16_t *>(ptr) + r * cols;
+            for (int64_t c = 0; c < cols; ++c) out[c] = half_bits_to_float(h[c]);
+        } else {
+            std::memcpy(out, static_cast<const float *>(ptr) + r * cols, sizeof(float) * cols);
+        }
+    }
+};
+
+struct Layer {
+    const float *attn_norm, *attn_sub_norm, *ffn_norm, *ffn_sub_norm;
+    const TernaryMatrix *q, *k, *v, *o, *gate, *up, *down;
+};
+
+class CpuModel {
+  public:
+    CpuModel(const std::string &isa, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
+             int64_t rot_dim, double rope_theta, const std::string &rope_style, double eps,
+             const std::string &ffn_activation, py::array embedding, py::object head, py::array output_norm,
+             py::list layers)
+        : keep_{embedding, head, output_norm, layers}, k_(kernel_table(isa)), H_(hidden), Hq_(heads), Hkv_(kv_heads), D_(head_dim), rot_dim_(rot_dim),
+          theta_(rope_theta), eps_(eps) {
+        if (rope_style != "neox" && rope_style != "norm")
+            throw std::invalid_argument("unknown rope style '" + rope_style + "'");
+        if (ffn_activation != "silu" && ffn_activation != "relu2")
+            throw std::invalid_argument("unknown ffn activation '" + ffn_activation + "'");
+        neox_ = rope_style == "neox";
+        silu_ = ffn_activation == "silu";
+        if (H_ <= 0 || Hq_ <= 0 || Hkv_ <= 0 || D_ <= 0 || Hq_ % Hkv_)
+            throw std::invalid_argument("model: bad head configuration");
+        if (rot_dim_ < 0 || rot_dim_ > D_ || rot_dim_ % 2)
+            throw std::invalid_argument("model: rot_dim must be even and <= head dim");
+        embedding_ = Table::from(embedding, "embedding");
+        if (embedding_.cols != H_) throw std::invalid_argument("embedding: wrong width");
+        if (py::isinstance<DenseI8>(head)) {
+            head_i8_ = head.cast<std::shared_ptr<DenseI8>>();
+            vocab_ = head_i8_->rows;
+            if (head_i8_->cols != H_) throw std::invalid_argument("head: wrong width");
+        } else {
+            head_ = Table::from(head.cast<py::array>(), "head");
+            vocab_ = head_.rows;
+            if (head_.cols != H_) throw std::invalid_argument("head: wrong width");
+        }
+        output_norm_ = vector_of(output_norm, H_, "output_norm");
+        const int64_t Q = Hq_ * D_, KV = Hkv_ * D_;
+        for (py::handle item : layers) {
+            auto parts = item.cast<py::tuple>();
+            if (parts.size() != 11) throw std::invalid_argument("a layer is 4 norms and 7 matrices");
+            Layer l{};
+            l.attn_norm = vector_of(parts[0], H_, "attn_norm");
+            l.attn_sub_norm = vector_of(parts[1], Q, "attn_sub_norm");
+            l.ffn_norm = vector_of(parts[2], H_, "ffn_norm");
+            l.q = matrix(parts[4], Q, H_);
+            l.k = matrix(parts[5], KV, H_);
+            l.v = matrix(parts[6], KV, H_);
+            l.o = matrix(parts[7], H_, Q);
+            l.gate = matrix(parts[8], -1, H_);
+            F_ = l.gate->rows;
+            l.up = matrix(parts[9], F_, H_);
+            l.down = matrix(parts[10], H_, F_);
+            l.ffn_sub_norm = vector_of(parts[3], F_, "ffn_sub_norm");
+            layers_.push_back(l);
+            for (const TernaryMatrix *w : {l.q, l.k, l.v, l.gate, l.up}) kp_h_ = std::max(kp_h_, w->kp);
+            kp_q_ = std::max(kp_q_, l.o->kp);
+            kp_f_ = std::max(kp_f_, l.down->kp);
+        }
+        kp_head_ = head_i8_ ? head_i8_->stride : 0;
+    }
+
+    int64_t vocab() const { return vocab_; }
+    int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
+
+    // Append ids [T] to the caches (k_caches[i], v_caches[i]: float32 or float16 [S, Hkv, D],
+    // written at rows start .. start + T) and return the logits [T, vocab]
+    // (all_logits) or [1, vocab] of the last token.
+    py::array_t<float> forward(CArray<int64_t> ids, py::list k_caches, py::list v_caches, int64_t start,
+                               bool all_logits, int threads) {
+        const int64_t T = ids.size(), L = num_layers();
+        if (T < 1) throw std::invalid_argument("forward needs at least one token id");
+        if (static_cast<int64_t>(k_caches.size()) != L || static_cast<int64_t>(v_caches.size()) != L)
+            throw std::invalid_argument("forward: need one K and one V cache per layer");
+        const int64_t *idp = ids.data();
+        for (int64_t t = 0; t < T; ++t)
+            if (idp[t] < 0 || idp[t] >= embedding_.rows)
+                throw std::invalid_argument("token id " + std::to_string(idp[t]) + " out of range [0, " +
+                                            std::to_string(embedding_.rows) + ")");
+        std::vector<void *> kc(L), vc(L);
+        int64_t S = -1;
+        int f16 = -1;
+        for (int64_t i = 0; i < L; ++i) {
+            kc[i] = cache_ptr(k_caches[i], start, T, S, f16);
+            vc[i] = cache_ptr(v_caches[i], start, T, S, f16);
+        }
+        const int64_t rows_out = all_logits ? T : 1;
+        py::array_t<float> logits({rows_out, vocab_});
+        float *out = logits.mutable_data();
+        {
+            py::gil_scoped_release nogil;
+            std::lock_guard<std::mutex> lock(mu_);
+            run(Compute(k_, threads), idp, T, kc, vc, f16 == 1, start, all_logits, out);
+        }
+        return logits;
+    }
+
+  private:
+    static const float *vector_of(py::handle h, int64_t n, const char *what) {
+        auto a = py::reinterpret_borrow<py::object>(h);
+        if (!F32Array::check_(a)) throw std::invalid_argument(std::string(what) + " must be contiguous float32");
+        auto arr = a.cast<F32Array>();
+        if (arr.size() != n)
+            throw std::invalid_argument(std::string(what) + " has " + std::to_string(arr.size()) +
+                                        " elements, need " + std::to_string(n));
+        return arr.data();
+    }
+
+    const TernaryMatrix *matrix(py::handle h, int64_t rows, int64_t cols) {
+        auto m = h.cast<std::shared_ptr<TernaryMatrix>>();
+        if ((rows >= 0 && m->rows != rows) || m->cols != cols)
+            throw std::invalid_argument("weight '" + m->name + "' has the wrong shape");
+        matrices_.push_back(m);
+        return m.get();
+    }
+
+    // a K or V cache: a writable, contiguous float32 or float16 [S, kv_heads, head_dim]
+    // array; every cache of a call has the same S and dtype (f16: -1 unknown yet, 0, 1)
+    void *cache_ptr(py::handle h, int64_t start, int64_t T, int64_t &S, int &f16) {
+        if (!py::isinstance<py::array>(h)) throw std::invalid_argument("a KV cache must be a numpy array");
+        auto arr = py::reinterpret_borrow<py::array>(h);
+        const bool half = arr.dtype().is(py::dtype("float16"));
+        if (!(half || arr.dtype().is(py::dtype::of<float>())) || !(arr.flags() & py::array::c_style))
+            throw std::invalid_argument("a KV cache must be a contiguous float32 or float16 array");
+        if (f16 >= 0 && half != (f16 == 1)) throw std::invalid_argument("the KV caches mix float16 and float32");
+        f16 = half ? 1 : 0;
+        if (arr.ndim() != 3 || arr.shape(1) != Hkv_ || arr.shape(2) != D_ || (S >= 0 && arr.shape(0) != S))
+            throw std::invalid_argument("a KV cache does not match the model's [S, kv_heads, head_dim]");
+        S = arr.shape(0);
+        if (start < 0 || start + T > S) throw std::invalid_argument("forward: the KV cache is too short");
+        return arr.mutable_data();  // raises if read-only
+    }
+
+    float *scratch(size_t floats) {
+        if (scratch_.size() < floats) scratch_.assign(floats, 0.0f);
+        return scratch_.data();
+    }
+
+    void run(const Compute &c, const int64_t *ids, int64_t T, const std::vector<void *> &kc,
+             const std::vector<void *> &vc, bool kv_f16, int64_t start, bool all_logits, float *logits) {
+        const int64_t H = H_, Q = Hq_ * D_, KV = Hkv_ * D_, F = F_;
+        const int64_t kpx = std::max({kp_h_, kp_q_, kp_f_, kp_head_});
+        // float scratch: x, h, q, k, v, a, o, gate, up; then int8 codes, scales, sums
+        const size_t nf = static_cast<size_t>(T * (3 * H + 2 * Q + 2 * KV + 2 * F + kpx / 4 + 2) + 64);
+        float *x = scratch(nf), *h = x + T * H, *q = h + T * H, *kb = q + T * Q, *vb = kb + T * KV;
+        float *a = vb + T * KV, *o = a + T * Q, *g = o + T * H, *u = g + T * F;
+        float *xs = u + T * F;
+        int32_t *sum = reinterpret_cast<int32_t *>(xs + T);
+        int8_t *xq = reinterpret_cast<int8_t *>(sum + T);
+        std::vector<int64_t> pos(T);
+        for (int64_t t = 0; t < T; ++t) pos[t] = start + t;
+        for (int64_t t = 0; t < T; ++t) embedding_.row(ids[t], x + t * H);
+        const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D_)));
+
+        for (size_t i = 0; i < layers_.size(); ++i) {
+            const Layer &l = layers_[i];
+            // attention
+            Compute::rmsnorm(x, l.attn_norm, T, H, eps_, h);
+            c.quantize(h, T, H, kpx, xq, xs, sum);
+            const TernaryOut qkv[3] = {{l.q, q}, {l.k, kb}, {l.v, vb}};
+            c.ternary(qkv, 3, xq, kpx, xs, sum, T);
+            Compute::rope(q, T, Hq_, D_, pos.data(), theta_, neox_, rot_dim_);
+            Compute::rope(kb, T, Hkv_, D_, pos.data(), theta_, neox_, rot_dim_);
+            if (kv_f16) {
+                c.to_f16(kb, static_cast<uint16_t *>(kc[i]) + start * KV, T * KV);
+                c.to_f16(vb, static_cast<uint16_t *>(vc[i]) + start * KV, T * KV);
+            } else {
+                std::memcpy(static_cast<float *>(kc[i]) + start * KV, kb, sizeof(float) * T * KV);
+                std::memcpy(static_cast<float *>(vc[i]) + start * KV, vb, sizeof(float) * T * KV);
+            }
+            c.attention(AttentionArgs{q, kc[i], vc[i], a, T, Hq_, Hkv_, D_, start, scale, kv_f16});
+            Compute::rmsnorm(a, l.attn_sub_norm, T, Q, eps_, a);
+            c.quantize(a, T, Q, kpx, xq, xs, sum);
+            const TernaryOut wo{l.o, o};
+            c.ternary(&wo, 1, xq, kpx, xs, sum, T);
+            for (int64_t j = 0; j < T * H; ++j) x[j] += o[j];
+            // feed-forward
+            Compute::rmsnorm(x, l.ffn_norm, T, H, eps_, h);
+            c.quantize(h, T, H, kpx, xq, xs, sum);
+            const TernaryOut gu[2] = {{l.gate, g}, {l.up, u}};
+            c.ternary(gu, 2, xq, kpx, xs, sum, T);
+            c.gated(silu_, g, u, g, T * F);
+            Compute::rmsnorm(g, l.ffn_sub_norm, T, F, eps_, g);
+            c.quantize(g, T, F, kpx, xq, xs, sum);
+            const TernaryOut wd{l.down, o};
+            c.ternary(&wd, 1, xq, kpx, xs, sum, T);
+            for (int64_t j = 0; j < T * H; ++j) x[j] += o[j];
+        }
+        const int64_t n = all_logits ? T : 1;
+        const float *last = x + (T - n) * H;
+        Compute::rmsnorm(last, output_norm_, n, H, eps_, h);
+        if (head_i8_) c.dense_i8(*head_i8_, h, n, logits, xq, xs, sum);
+        else c.dense(head_.ptr, head_.f16, head_.rows, H, h, n, logits);
+    }
+
+    std::vector<py::object> keep_;  // the arrays whose memory the pointers below use
+    const KernelTable *k_;
+    int64_t H_, Hq_, Hkv_, D_, rot_dim_, F_ = 0, vocab_ = 0;
+    int64_t kp_h_ = 0, kp_q_ = 0, kp_f_ = 0, kp_head_ = 0;
+    double theta_, eps_;
+    bool neox_ = true, silu_ = false;
+    Table embedding_, head_;
+    std::shared_ptr<DenseI8> head_i8_;
+    const float *output_norm_ = nullptr;
+    std::vector<Layer> layers_;
+    std::vector<std::shared_ptr<TernaryMatrix>> matrices_;
+    std::vector<float> scratch_;
+    std::mutex mu_;
+};
+
+}  // namespace
+
+void register_model(py::module_ &m) {
+    py::class_<CpuModel>(m, "CpuModel",
+        "A whole BitNet b1.58 model on the CPU kernels: one call per forward pass.")
+        .def(py::init<const std::string &, int64_t, int64_t, int64_t, int64_t, int64_t, double,
+                      const std::string &, double, const std::string &, py::array, py::object, py::array,
+                      py::list>(),
+             py::arg("isa"), py::arg("hidden"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"),
+             py::arg("rot_dim"), py::arg("rope_theta"), py::arg("rope_style"), py::arg("eps"),
+             py::arg("ffn_activation"), py::arg("embedding"), py::arg("head"), py::arg("output_norm"),
+             py::arg("layers"))
+        .def_property_readonly("vocab", &CpuModel::vocab)
+        .def_property_readonly("num_layers", &CpuModel::num_layers)
+        .def("forward", &CpuModel::forward, py::arg("ids"), py::arg("k_caches"), py::arg("v_caches"),
+             py::arg("start"), py::arg("all_logits"), py::arg("threads"));
+}
+
+}  // namespace bitnet

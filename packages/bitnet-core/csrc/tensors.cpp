@@ -1,0 +1,227 @@
+// Packed weights of the CPU kernels (see tensors.h) and their Python bindings.
+#include "tensors.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+
+namespace bitnet {
+
+Buffer aligned_buffer(size_t n) {
+    size_t size = (n + 63) / 64 * 64;
+    void *p = std::aligned_alloc(64, size ? size : 64);
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, size ? size : 64);
+    return Buffer(static_cast<uint8_t *>(p));
+}
+
+float half_bits_to_float(uint16_t h) {
+    const int e = (h >> 10) & 0x1f, man = h & 0x3ff;
+    float v = e == 0 ? std::ldexp(static_cast<float>(man), -24)
+              : e == 31 ? (man ? NAN : INFINITY)
+                        : std::ldexp(static_cast<float>(man | 0x400), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+
+// llama.cpp TQ2_0 bytes used in place (no copy): same bit layout as i2_128
+// inside 66-byte blocks. The scales follow the reference codec's rule: one
+// per row, from the blocks with a non-zero scale and a non-zero code, which
+// must all agree. Raises ValueError where the bytes cannot be used as they
+// are (code 3, a zero-scale block with non-zero codes, differing scales):
+// the caller then goes through the codec.
+std::shared_ptr<TernaryMatrix> TernaryMatrix::from_tq2_0(py::array raw, int64_t rows, int64_t cols,
+                                                         const std::string &name) {
+    if (cols % 256 || rows < 0) throw std::invalid_argument(name + ": TQ2_0 needs cols % 256 == 0");
+    auto bytes = CArray<uint8_t>::ensure(raw);
+    const int64_t row_bytes = cols / 256 * kTQ2BlockBytes;
+    if (!bytes || bytes.size() != rows * row_bytes)
+        throw std::invalid_argument(name + ": TQ2_0 data has the wrong size");
+    auto m = std::make_shared<TernaryMatrix>();
+    m->name = name;
+    m->layout = "tq2_0";
+    m->rows = rows;
+    m->cols = cols;
+    m->kp = cols;
+    m->row_bytes = row_bytes;
+    m->keep = bytes;
+    m->ptr = bytes.data();
+    m->scales.assign(rows, 0.0f);
+    std::string err;
+    {
+        py::gil_scoped_release nogil;
+        for (int64_t r = 0; r < rows && err.empty(); ++r) {
+            const uint8_t *row = m->ptr + r * row_bytes;
+            bool have = false;
+            float scale = 0.0f;
+            for (int64_t blk = 0; blk < cols / 256; ++blk) {
+                const uint8_t *b = row + blk * kTQ2BlockBytes;
+                bool live = false;
+                for (int j = 0; j < 64; ++j) {
+                    uint8_t q = b[j];
+                    // a 2-bit field of 3 is not ternary; 1 is a zero weight
+                    if (((q & 0x55) & ((q >> 1) & 0x55)) != 0) err = "code 3";
+                    if (q != 0x55) live = true;
+                }
+                uint16_t h = static_cast<uint16_t>(b[64] | (b[65] << 8));
+                float d = half_bits_to_float(h);
+                if (d == 0.0f) {
+                    if (live) err = "a zero-scale block with non-zero codes";
+                    continue;
+                }
+                if (!live) continue;
+                if (have && d != scale) err = "rows with more than one scale";
+                have = true;
+                scale = d;
+            }
+            m->scales[r] = scale;
+        }
+    }
+    if (!err.empty()) throw std::invalid_argument(name + ": TQ2_0 data not usable in place (" + err + ")");
+    return m;
+}
+
+std::shared_ptr<TernaryMatrix> TernaryMatrix::from_codes(CArray<int8_t> codes, CArray<float> scales,
+                                                         const std::string &layout,
+                                                         const std::string &name) {
+    if (codes.ndim() != 2) throw std::invalid_argument(name + ": ternary codes must be 2-D");
+    auto m = std::make_shared<TernaryMatrix>();
+    m->name = name;
+    m->layout = layout;
+    m->rows = codes.shape(0);
+    m->cols = codes.shape(1);
+    if (scales.ndim() != 1 || scales.shape(0) != m->rows)
+        throw std::invalid_argument(name + ": need one scale per row");
+    if (layout == "i2_128") {
+        m->kp = round_up(std::max<int64_t>(m->cols, 1), kI2Block);
+        m->row_bytes = m->kp / 4;
+    } else if (layout == "tq1_160") {
+        m->kp = round_up(std::max<int64_t>(m->cols, 1), kTQ1Block);
+        m->row_bytes = m->kp / kTQ1Block * 32;
+    } else {
+        throw std::invalid_argument("unknown ternary layout '" + layout + "' (i2_128, tq1_160)");
+    }
+    m->data = aligned_buffer(m->nbytes());
+    m->ptr = m->data.get();
+    m->scales.assign(scales.data(), scales.data() + m->rows);
+    const int8_t *c = codes.data();
+    bool bad = false;
+    {
+        py::gil_scoped_release nogil;
+        for (int64_t r = 0; r < m->rows; ++r) {
+            const int8_t *cr = c + r * m->cols;
+            uint8_t *out = m->data.get() + r * m->row_bytes;
+            auto code = [&](int64_t col) -> int {
+                if (col >= m->cols) return 1;
+                int v = cr[col];
+                if (v < -1 || v > 1) bad = true;
+                return v + 1;
+            };
+            if (layout == "i2_128") {
+                for (int64_t b = 0; b < m->kp / kI2Block; ++b)
+                    for (int j = 0; j < 32; ++j) {
+                        int byte = 0;
+                        for (int i = 0; i < 4; ++i) byte |= code(b * kI2Block + 32 * i + j) << (2 * i);
+                        out[b * 32 + j] = static_cast<uint8_t>(byte);
+                    }
+            } else {
+                for (int64_t b = 0; b < m->kp / kTQ1Block; ++b)
+                    for (int j = 0; j < 32; ++j) {
+                        int v = 0;
+                        for (int i = 0; i < 5; ++i) v = v * 3 + code(b * kTQ1Block + 32 * i + j);
+                        int q = (v * 256 + 242) / 243;
+                        out[b * 32 + j] = static_cast<uint8_t>(q ^ 0x80);
+                    }
+            }
+        }
+    }
+    if (bad) throw std::domain_error(name + ": ternary codes must be in {-1, 0, +1}");
+    return m;
+}
+
+py::array_t<int8_t> TernaryMatrix::codes() const {
+    py::array_t<int8_t> out({rows, cols});
+    int8_t *o = out.mutable_data();
+    for (int64_t r = 0; r < rows; ++r) unpack_row(r, o + r * cols);
+    return out;
+}
+
+void TernaryMatrix::unpack_row(int64_t r, int8_t *o) const {
+    const uint8_t *w = ptr + r * row_bytes;
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    const bool is_tq2 = tq2();
+    for (int64_t c = 0; c < cols; ++c) {
+        if (i2_blocks()) {
+            int64_t b = c / kI2Block, i = (c % kI2Block) / 32, j = c % 32;
+            o[c] = static_cast<int8_t>(((i2_block(w, b, is_tq2)[j] >> (2 * i)) & 3) - 1);
+        } else {
+            int64_t b = c / kTQ1Block, i = (c % kTQ1Block) / 32, j = c % 32;
+            uint8_t q = static_cast<uint8_t>((w[b * 32 + j] ^ 0x80) * pow3[i]);
+            o[c] = static_cast<int8_t>(((q * 3) >> 8) - 1);
+        }
+    }
+}
+
+std::shared_ptr<DenseI8> dense_i8_from(py::array table) {
+    if (table.ndim() != 2) throw std::invalid_argument("dense table must be 2-D");
+    const bool f16 = table.dtype().is(py::dtype("float16"));
+    py::array tab = f16 ? py::array(CArray<uint16_t>::ensure(table.attr("view")("uint16")))
+                        : py::array(CArray<float>::ensure(table));
+    if (!tab) throw std::invalid_argument("dense table must be float16 or float32");
+    auto d = std::make_shared<DenseI8>();
+    d->rows = table.shape(0);
+    d->cols = table.shape(1);
+    d->stride = round_up(std::max<int64_t>(d->cols, 1), 32);
+    d->data = aligned_buffer(d->nbytes());
+    d->scales.resize(d->rows);
+    const void *src = tab.data();
+    py::gil_scoped_release nogil;
+    std::vector<float> row(d->cols);
+    for (int64_t r = 0; r < d->rows; ++r) {
+        if (f16) {
+            const uint16_t *h = static_cast<const uint16_t *>(src) + r * d->cols;
+            for (int64_t c = 0; c < d->cols; ++c) row[c] = half_bits_to_float(h[c]);
+        } else {
+            std::memcpy(row.data(), static_cast<const float *>(src) + r * d->cols, sizeof(float) * d->cols);
+        }
+        float amax = 0.0f;
+        for (int64_t c = 0; c < d->cols; ++c) amax = std::max(amax, std::fabs(row[c]));
+        float s = amax > 0.0f ? amax / 127.0f : 1.0f;
+        d->scales[r] = s;
+        int8_t *o = reinterpret_cast<int8_t *>(d->data.get()) + r * d->stride;
+        for (int64_t c = 0; c < d->cols; ++c)
+            o[c] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, std::nearbyint(row[c] / s))));
+    }
+    return d;
+}
+
+void register_tensors(py::module_ &m) {
+    py::class_<TernaryMatrix, std::shared_ptr<TernaryMatrix>>(m, "TernaryMatrix",
+        "A ternary weight packed for the CPU kernels (i2_128, tq1_160, or TQ2_0 bytes in place).")
+        .def_static("from_codes", &TernaryMatrix::from_codes, py::arg("codes"), py::arg("scales"),
+                    py::arg("layout") = "i2_128", py::arg("name") = "weight")
+        .def_static("from_tq2_0", &TernaryMatrix::from_tq2_0, py::arg("raw"), py::arg("rows"), py::arg("cols"),
+                    py::arg("name") = "weight", "Use llama.cpp TQ2_0 bytes in place (kept alive, not copied).")
+        .def_readonly("name", &TernaryMatrix::name)
+        .def_readonly("layout", &TernaryMatrix::layout)
+        .def_readonly("rows", &TernaryMatrix::rows)
+        .def_readonly("cols", &TernaryMatrix::cols)
+        .def_property_readonly("shape", [](const TernaryMatrix &w) { return py::make_tuple(w.rows, w.cols); })
+        .def_property_readonly("nbytes", &TernaryMatrix::nbytes)
+        .def_property_readonly("scales", [](const TernaryMatrix &w) {
+            return py::array_t<float>(static_cast<py::ssize_t>(w.scales.size()), w.scales.data());
+        })
+        .def("codes", &TernaryMatrix::codes, "The int8 codes [rows, cols] unpacked again.");
+
+    py::class_<DenseI8, std::shared_ptr<DenseI8>>(m, "DenseI8",
+        "A dense table as int8 rows with per-row absmax scales (the int8 output head).")
+        .def(py::init(&dense_i8_from), py::arg("table"),
+             "From a float16 or float32 table [rows, cols], converted one row at a time.")
+        .def_readonly("rows", &DenseI8::rows)
+        .def_readonly("cols", &DenseI8::cols)
+        .def_property_readonly("shape", [](const DenseI8 &d) { return py::make_tuple(d.rows, d.cols); })
+        .def_property_readonly("nbytes", &DenseI8::nbytes);
+}
+
+}  // namespace bitnet

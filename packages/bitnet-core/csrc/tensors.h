@@ -1,0 +1,75 @@
+// Weights as the CPU kernels keep them: packed ternary matrices and the int8
+// copy of a dense table. Built from numpy arrays (tensors.cpp), read by the
+// op bindings (ops.cpp) and the fused model (model.cpp).
+#pragma once
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+
+namespace bitnet {
+
+namespace py = pybind11;
+
+template <typename T>
+using CArray = py::array_t<T, py::array::c_style | py::array::forcecast>;
+
+struct FreeDeleter {
+    void operator()(void *p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<uint8_t[], FreeDeleter>;
+
+// n bytes, 64-byte aligned, zeroed (throws std::bad_alloc)
+Buffer aligned_buffer(size_t n);
+
+inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+// A ternary weight [rows, cols] packed for the kernels: our own copy in the
+// i2_128 or tq1_160 layout, or llama.cpp TQ2_0 bytes used in place.
+struct TernaryMatrix {
+    std::string name, layout;
+    int64_t rows = 0, cols = 0, kp = 0, row_bytes = 0;
+    Buffer data;               // our packed copy (i2_128, tq1_160)
+    py::object keep;           // or the file's bytes (tq2_0), kept alive here
+    const uint8_t *ptr = nullptr;
+    std::vector<float> scales;
+
+    size_t nbytes() const { return static_cast<size_t>(rows * row_bytes); }
+    bool i2_blocks() const { return layout != "tq1_160"; }
+    bool tq2() const { return layout == "tq2_0"; }
+
+    static std::shared_ptr<TernaryMatrix> from_tq2_0(py::array raw, int64_t rows, int64_t cols,
+                                                     const std::string &name);
+    static std::shared_ptr<TernaryMatrix> from_codes(CArray<int8_t> codes, CArray<float> scales,
+                                                     const std::string &layout,
+                                                     const std::string &name);
+    py::array_t<int8_t> codes() const;
+    void unpack_row(int64_t r, int8_t *o) const;
+};
+
+// A dense table [rows, cols] as int8 rows (padded to a multiple of 32
+// columns) with per-row absmax scales: the int8 output head.
+struct DenseI8 {
+    int64_t rows = 0, cols = 0, stride = 0;
+    Buffer data;
+    std::vector<float> scales;
+    size_t nbytes() const { return static_cast<size_t>(rows * stride); }
+    const int8_t *row(int64_t r) const { return reinterpret_cast<const int8_t *>(data.get()) + r * stride; }
+};
+
+// From a float16 or float32 table, one row at a time (no float32 copy of a
+// float16 table is made).
+std::shared_ptr<DenseI8> dense_i8_from(py::array table);
+
+// float16 bits -> float (exact)
+float half_bits_to_float(uint16_t h);
+
+void register_tensors(py::module_ &m);
+
+}  // namespace bitnet

@@ -1,0 +1,94 @@
+"""The native CPU providers' own backend: the whole forward pass in one C++ call.
+
+``FusedCpuBackend`` is the generic engine (``bitnet_core.model.GenericBackend``:
+same weights upload, KV cache, locking, chunked prefill) whose ``_forward``
+runs every layer inside ``bitnet_core._native.CpuModel`` with the GIL
+released, instead of ~15 Python-level ops a layer. The C++ runs the same ops
+(``csrc/compute.cpp``) in the same order as the generic path, so the logits
+are equal bit for bit (``tests/test_cpu_backend.py`` checks it); what it saves
+is Python between ops, a new array per intermediate, and one activation
+quantization and thread hand-off for each of q/k/v and gate/up.
+
+``BITNET_CPU_FUSED=0`` turns it off (the generic op-by-op engine runs);
+``quantize_activations=False`` always takes the generic path (float matmuls).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..model.backend import GenericBackend
+from ..model.kv_cache import Sequence
+
+_OFF = ("0", "false", "no", "off")
+
+
+def fused_enabled() -> bool:
+    """``BITNET_CPU_FUSED`` is unset or not one of ``0``, ``false``, ``no``, ``off``."""
+    return os.environ.get("BITNET_CPU_FUSED", "1").strip().lower() not in _OFF
+
+
+class FusedCpuBackend(GenericBackend):
+    """``GenericBackend`` with the forward pass of ``bitnet_core._native.CpuModel``."""
+
+    def __init__(self, provider: Any, weights: Any, **opts: Any) -> None:
+        super().__init__(provider, weights, **opts)
+        self._model = self._build() if self.quantize_activations else None
+
+    def _build(self) -> Any:
+        p, cfg, w = self._provider, self.config, self.weights
+        head = p.head_table(w.head)
+        layers = [
+            (
+                lw.attn_norm,
+                lw.attn_sub_norm,
+                lw.ffn_norm,
+                lw.ffn_sub_norm,
+                lw.q,
+                lw.k,
+                lw.v,
+                lw.o,
+                lw.gate,
+                lw.up,
+                lw.down,
+            )
+            for lw in w.layers
+        ]
+        try:
+            return p.native_module().CpuModel(
+                p.isa,
+                hidden=cfg.hidden_size,
+                heads=cfg.num_heads,
+                kv_heads=cfg.num_kv_heads,
+                head_dim=cfg.head_dim,
+                rot_dim=cfg.rot_dim,
+                rope_theta=float(cfg.rope_theta),
+                rope_style=cfg.rope_style,
+                eps=float(cfg.rms_norm_eps),
+                ffn_activation=cfg.ffn_activation,
+                embedding=w.embedding,
+                head=head,
+                output_norm=w.output_norm,
+                layers=layers,
+            )
+        except (ValueError, TypeError) as exc:
+            raise ShapeError(f"{p.name}: cannot build the fused model: {exc}") from None
+
+    def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
+        if self._model is None:
+            return super()._forward(ids, cache, all_logits)
+        t = int(ids.size)
+        start = cache.length
+        cache.reserve(start + t)
+        try:
+            logits = self._model.forward(
+                ids, cache.k, cache.v, start, all_logits, self._provider.threads
+            )
+        except ValueError as exc:
+            raise ShapeError(f"{self._provider.name}: {exc}") from None
+        cache.advance(t)
+        return logits if all_logits else logits[-1]

@@ -1,0 +1,163 @@
+"""The fused CPU forward pass (``FusedCpuBackend``) against the op-by-op engine.
+
+Both run the same C++ ops in the same order, so their logits must be equal
+bit for bit: prefill, decode steps through the KV cache (float16 and
+float32), chunked prefill, both FFN activations, GQA/MQA, partial rotary dims, untied heads, the int8
+head, file-backed TQ2_0 weights used in place, and 1 or 2 threads. (The
+conformance kit, test_cpu_conformance.py, checks the fused backend against
+the numpy reference within its tolerance.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bitnet_core.config import BitNetConfig
+from bitnet_core.errors import ShapeError
+from bitnet_core.model import GenericBackend, KVCacheConfig, random_weights
+from bitnet_core.providers.cpu_backend import FusedCpuBackend
+from bitnet_core.providers.cpu_native import ALL_PROVIDERS
+from bitnet_core.testing.model import FILE_CONFIG, MODEL_CONFIGS
+
+PROVIDER_CLASSES = {cls.name: cls for cls in ALL_PROVIDERS}
+
+
+def _provider(name: str, threads: int, **kw):
+    prov = PROVIDER_CLASSES[name](threads=threads, **kw)
+    avail = prov.probe()
+    if not avail.available:
+        pytest.skip(f"{name}: {avail.reason}")
+    return prov
+
+
+@pytest.fixture(
+    params=[(n, t) for n in PROVIDER_CLASSES for t in (1, 2)], ids=lambda p: f"{p[0]}-t{p[1]}"
+)
+def prov_args(request):
+    return request.param
+
+
+def _pair(name: str, threads: int, weights, kv_dtype: str | None = None, **kw):
+    opts = dict(progress=False, kv_cache=KVCacheConfig(dtype=kv_dtype))
+    fused = FusedCpuBackend(_provider(name, threads, **kw), weights, **opts)
+    generic = GenericBackend(_provider(name, threads, **kw), weights, **opts)
+    return fused, generic
+
+
+CONFIGS = {
+    **MODEL_CONFIGS,
+    # hidden 160: above one 128 block, not a multiple; 5 heads of 32 over 5 kv heads
+    "mha-silu-160": dict(
+        vocab_size=77, hidden_size=160, num_layers=2, num_heads=5, num_kv_heads=5,
+        intermediate_size=200, context_length=48, ffn_activation="silu",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kv_dtype", ["float16", "float32"])
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+def test_fused_equals_generic(prov_args, config_name, kv_dtype):
+    weights = random_weights(BitNetConfig(**CONFIGS[config_name]), seed=11)
+    fused, generic = _pair(*prov_args, weights, kv_dtype)
+    assert fused.kv.dtype == generic.kv.dtype == np.dtype(kv_dtype)
+    vocab = weights.config.vocab_size
+    ids = np.random.default_rng(3).integers(0, vocab, size=13)
+    ids[0] = vocab - 1
+    np.testing.assert_array_equal(fused.logits(ids), generic.logits(ids))
+    with fused.new_cache() as fs, generic.new_cache() as gs:
+        for a, b in ((0, 6), (6, 7), (7, 8), (8, 11), (11, 12), (12, 13)):
+            np.testing.assert_array_equal(
+                fused.forward(ids[a:b], fs), generic.forward(ids[a:b], gs)
+            )
+        assert fs.length == gs.length == 13
+
+
+def test_fused_int8_head_equals_generic(prov_args):
+    weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=5)
+    fused, generic = _pair(*prov_args, weights, int8_head=True)
+    ids = np.arange(9) * 7 % weights.config.vocab_size
+    got = fused.logits(ids)
+    np.testing.assert_array_equal(got, generic.logits(ids))
+    # and it is the int8 head, not the float one
+    exact = FusedCpuBackend(_provider(*prov_args), weights, progress=False).logits(ids)
+    assert not np.array_equal(got, exact)
+    assert np.abs(got - exact).max() <= 0.05 * np.abs(exact).max()
+
+
+def test_fused_chunked_prefill(prov_args):
+    weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=2)
+    prov = _provider(*prov_args)
+    whole = FusedCpuBackend(prov, weights, progress=False)
+    chunked = FusedCpuBackend(prov, weights, progress=False, max_batch=4)
+    ids = np.random.default_rng(0).integers(0, weights.config.vocab_size, size=23)
+    np.testing.assert_array_equal(chunked.logits(ids), whole.logits(ids))
+
+
+@pytest.mark.parametrize("layout", ["auto", "i2_128", "tq1_160"])
+def test_fused_on_file_weights(prov_args, layout, tmp_path):
+    from bitnet_core.gguf import open_model_file
+    from bitnet_core.model import ModelWeights, random_model_file
+
+    path = random_model_file(
+        str(tmp_path / "m.gguf"),
+        BitNetConfig(**FILE_CONFIG),
+        seed=1,
+        ternary_type="tq2_0",
+        tokenizer=None,
+    )
+    weights = ModelWeights.from_model_file(open_model_file(path))
+    fused, generic = _pair(*prov_args, weights, layout=layout)
+    if layout == "auto":  # TQ2_0 bytes used in place
+        assert fused.weights.layers[0].q.layout == "tq2_0"
+    ids = np.random.default_rng(1).integers(0, FILE_CONFIG["vocab_size"], size=7)
+    np.testing.assert_array_equal(fused.logits(ids), generic.logits(ids))
+
+
+def test_make_backend_and_opt_out(monkeypatch):
+    prov = _provider("cpu-scalar", 1)
+    weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=1)
+    assert isinstance(prov.make_backend(weights, progress=False), FusedCpuBackend)
+    monkeypatch.setenv("BITNET_CPU_FUSED", "0")
+    assert prov.make_backend(weights, progress=False) is None
+
+
+def test_float_matmuls_take_the_generic_path():
+    prov = _provider("cpu-scalar", 1)
+    weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=1)
+    fused = FusedCpuBackend(prov, weights, progress=False, quantize_activations=False)
+    generic = GenericBackend(prov, weights, progress=False, quantize_activations=False)
+    ids = np.array([1, 2, 3])
+    np.testing.assert_array_equal(fused.logits(ids), generic.logits(ids))
+
+
+def test_bad_caches_are_clear_errors():
+    prov = _provider("cpu-scalar", 1)
+    weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=1)
+    fused = FusedCpuBackend(prov, weights, progress=False)
+    model = fused._model
+    cfg = weights.config
+    good = [
+        np.zeros((8, cfg.num_kv_heads, cfg.head_dim), np.float32) for _ in range(cfg.num_layers)
+    ]
+    ids = np.array([1, 2], dtype=np.int64)
+    with pytest.raises(ValueError, match="one K and one V cache per layer"):
+        model.forward(ids, good[:1], good, 0, False, 1)
+    with pytest.raises(ValueError, match="too short"):
+        model.forward(ids, good, good, 7, False, 1)
+    wrong = [np.zeros((8, cfg.num_kv_heads, cfg.head_dim + 1), np.float32)] * cfg.num_layers
+    with pytest.raises(ValueError, match="does not match"):
+        model.forward(ids, wrong, wrong, 0, False, 1)
+    f64 = [a.astype(np.float64) for a in good]
+    with pytest.raises(ValueError, match="contiguous float32"):
+        model.forward(ids, f64, f64, 0, False, 1)
+    ro = [a.copy() for a in good]
+    for a in ro:
+        a.flags.writeable = False
+    with pytest.raises(ValueError):
+        model.forward(ids, ro, ro, 0, False, 1)
+    with pytest.raises(ValueError, match="out of range"):
+        model.forward(np.array([cfg.vocab_size]), good, good, 0, False, 1)
+    # through the backend: a bitnet_core error, the cache untouched
+    with fused.new_cache() as seq, pytest.raises(ShapeError):
+        fused.forward([cfg.vocab_size], seq)
