@@ -115,9 +115,43 @@ void Compute::dense_i8(const DenseI8 &d, const float *x, int64_t T, float *y, in
 }
 
 void Compute::attention(const AttentionArgs &a) const {
+    if (a.T == 1) return attention_decode(a);
     // items are (token, head); a chunk holds whole groups of heads that share
     // K/V rows, so a group reads them from memory once
     run_rows<AttentionArgs, &KernelTable::attention>(a, a.T * a.Hq, a.Hq / a.Hkv);
+}
+
+// One query token: the cache split into chunks of kAttnChunk rows over the
+// threads (each chunk read once, front to back), then the chunks' softmax
+// pieces merged per head: out = sum_c e^(m_c - M) o_c / sum_c e^(m_c - M) l_c.
+// The split does not depend on the thread count, so neither does the result.
+void Compute::attention_decode(const AttentionArgs &a) const {
+    const int64_t n = a.start + 1, chunks = (n + kAttnChunk - 1) / kAttnChunk, W = a.D + 2;
+    std::vector<float> part(static_cast<size_t>(chunks * a.Hq * W));
+    struct Ctx {
+        const KernelTable *k;
+        const AttentionArgs *a;
+        float *part;
+    } ctx{k_, &a, part.data()};
+    parallel_for(chunks, 1, threads_, [](void *c, int64_t c0, int64_t c1) {
+        auto *p = static_cast<Ctx *>(c);
+        p->k->attention_chunks(*p->a, p->part, c0, c1);
+    }, &ctx);
+    for (int64_t h = 0; h < a.Hq; ++h) {
+        float M = -INFINITY;
+        for (int64_t c = 0; c < chunks; ++c) M = std::max(M, part[(c * a.Hq + h) * W]);
+        float *out = a.out + h * a.D;
+        std::fill(out, out + a.D, 0.0f);
+        float L = 0.0f;
+        for (int64_t c = 0; c < chunks; ++c) {
+            const float *pc = part.data() + (c * a.Hq + h) * W;
+            const float f = std::exp(pc[0] - M);
+            L += f * pc[1];
+            for (int64_t d = 0; d < a.D; ++d) out[d] += f * pc[2 + d];
+        }
+        const float inv = 1.0f / L;
+        for (int64_t d = 0; d < a.D; ++d) out[d] *= inv;
+    }
 }
 
 void Compute::gated(bool silu, const float *g, const float *u, float *out, int64_t n) const {
@@ -132,8 +166,10 @@ void Compute::gated(bool silu, const float *g, const float *u, float *out, int64
     }, &ctx);
 }
 
-void Compute::rmsnorm(const float *x, const float *w, int64_t T, int64_t K, double eps, float *y) {
-    for (int64_t t = 0; t < T; ++t) {
+namespace {
+
+void rmsnorm_rows(const float *x, const float *w, int64_t K, double eps, float *y, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
         const float *xr = x + t * K;
         float *yr = y + t * K;
         double ss = 0.0;
@@ -143,28 +179,65 @@ void Compute::rmsnorm(const float *x, const float *w, int64_t T, int64_t K, doub
     }
 }
 
-void Compute::rope(float *x, int64_t T, int64_t H, int64_t D, const int64_t *pos, double theta,
-                   bool neox, int64_t rot_dim) {
-    const int64_t half = rot_dim / 2;
-    std::vector<double> inv(half), cs(half), sn(half);
-    for (int64_t i = 0; i < half; ++i)
-        inv[i] = std::pow(theta, -static_cast<double>(i) * 2.0 / static_cast<double>(rot_dim));
-    for (int64_t t = 0; t < T; ++t) {
+struct RopeArgs {
+    float *x;
+    int64_t H, D;
+    const int64_t *pos;
+    const double *inv;  // [rot_dim / 2] frequencies
+    bool neox;
+    int64_t rot_dim;
+};
+
+void rope_rows(const RopeArgs &a, int64_t t0, int64_t t1) {
+    const int64_t half = a.rot_dim / 2;
+    std::vector<double> cs(half), sn(half);
+    for (int64_t t = t0; t < t1; ++t) {
         for (int64_t i = 0; i < half; ++i) {
-            double ang = static_cast<double>(pos[t]) * inv[i];
+            const double ang = static_cast<double>(a.pos[t]) * a.inv[i];
             cs[i] = std::cos(ang);
             sn[i] = std::sin(ang);
         }
-        for (int64_t h = 0; h < H; ++h) {
-            float *xr = x + (t * H + h) * D;
+        for (int64_t h = 0; h < a.H; ++h) {
+            float *xr = a.x + (t * a.H + h) * a.D;
             for (int64_t i = 0; i < half; ++i) {
-                const int64_t ia = neox ? i : 2 * i, ib = neox ? i + half : 2 * i + 1;
-                const double a = xr[ia], b = xr[ib];
-                xr[ia] = static_cast<float>(a * cs[i] - b * sn[i]);
-                xr[ib] = static_cast<float>(b * cs[i] + a * sn[i]);
+                const int64_t ia = a.neox ? i : 2 * i, ib = a.neox ? i + half : 2 * i + 1;
+                const double u = xr[ia], v = xr[ib];
+                xr[ia] = static_cast<float>(u * cs[i] - v * sn[i]);
+                xr[ib] = static_cast<float>(v * cs[i] + u * sn[i]);
             }
         }
     }
+}
+
+constexpr int64_t kSerialTokens = 8;  // fewer tokens than this: one thread
+
+}  // namespace
+
+void Compute::rmsnorm(const float *x, const float *w, int64_t T, int64_t K, double eps, float *y) const {
+    if (T < kSerialTokens) return rmsnorm_rows(x, w, K, eps, y, 0, T);
+    struct Ctx {
+        const float *x, *w;
+        int64_t K;
+        double eps;
+        float *y;
+    } ctx{x, w, K, eps, y};
+    parallel_for(T, 4, threads_, [](void *c, int64_t t0, int64_t t1) {
+        auto *p = static_cast<Ctx *>(c);
+        rmsnorm_rows(p->x, p->w, p->K, p->eps, p->y, t0, t1);
+    }, &ctx);
+}
+
+void Compute::rope(float *x, int64_t T, int64_t H, int64_t D, const int64_t *pos, double theta, bool neox,
+                   int64_t rot_dim) const {
+    const int64_t half = rot_dim / 2;
+    std::vector<double> inv(half);
+    for (int64_t i = 0; i < half; ++i)
+        inv[i] = std::pow(theta, -static_cast<double>(i) * 2.0 / static_cast<double>(rot_dim));
+    const RopeArgs a{x, H, D, pos, inv.data(), neox, rot_dim};
+    if (T < kSerialTokens) return rope_rows(a, 0, T);
+    parallel_for(T, 4, threads_, [](void *c, int64_t t0, int64_t t1) {
+        rope_rows(*static_cast<const RopeArgs *>(c), t0, t1);
+    }, const_cast<RopeArgs *>(&a));
 }
 
 }  // namespace bitnet

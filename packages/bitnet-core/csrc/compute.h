@@ -55,15 +55,17 @@ class Compute {
     // out = silu(g) * u (silu) or relu(g)^2 * u, n elements
     void gated(bool silu, const float *g, const float *u, float *out, int64_t n) const;
 
-    // The ops below are a single pass over a few KB per token: float64 as the
-    // reference, one thread.
+    // The ops below are a single pass over a few KB per token, in float64 as
+    // the reference: one thread for a few tokens, the pool for more.
     // y [T, K] = x / rms(x) * w (y may be x)
-    static void rmsnorm(const float *x, const float *w, int64_t T, int64_t K, double eps, float *y);
+    void rmsnorm(const float *x, const float *w, int64_t T, int64_t K, double eps, float *y) const;
     // rotary embedding of x [T, H, D] in place, token t at position pos[t]
-    static void rope(float *x, int64_t T, int64_t H, int64_t D, const int64_t *pos, double theta,
-                     bool neox, int64_t rot_dim);
+    void rope(float *x, int64_t T, int64_t H, int64_t D, const int64_t *pos, double theta, bool neox,
+              int64_t rot_dim) const;
 
   private:
+    void attention_decode(const AttentionArgs &a) const;
+
     template <typename Args, void (*(KernelTable::*Member))(const Args &, int64_t, int64_t)>
     void run_rows(const Args &a, int64_t n, int64_t grain) const;
 

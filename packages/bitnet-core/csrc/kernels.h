@@ -70,6 +70,9 @@ struct AttentionArgs {
     bool kv_f16;
 };
 
+// cache rows per chunk of split (flash-decoding) attention
+constexpr int64_t kAttnChunk = 64;
+
 struct KernelTable {
     const char *name;
     // y[t, r] for rows [r0, r1) and every token t
@@ -86,6 +89,10 @@ struct KernelTable {
     void (*dense_i8)(const DenseArgs &a, int64_t r0, int64_t r1);
     // items [i0, i1) of T * Hq (query token, head) pairs
     void (*attention)(const AttentionArgs &a, int64_t i0, int64_t i1);
+    // decode (T = 1) split over the cache: chunk c covers rows [c * kAttnChunk,
+    // min(start + 1, (c + 1) * kAttnChunk)) and writes, for every query head h,
+    // part[(c * Hq + h) * (D + 2) ...] = {max score m, sum of exp(s - m), sum of exp(s - m) v}
+    void (*attention_chunks)(const AttentionArgs &a, float *part, int64_t c0, int64_t c1);
     // out[i] = silu(g[i]) * u[i] / relu(g[i])^2 * u[i] for i in [i0, i1)
     void (*silu_mul)(const float *g, const float *u, float *out, int64_t i0, int64_t i1);
     void (*relu2_mul)(const float *g, const float *u, float *out, int64_t i0, int64_t i1);

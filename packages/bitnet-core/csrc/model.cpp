@@ -31,6 +31,8 @@ namespace {
 
 using F32Array = py::array_t<float, py::array::c_style>;
 
+constexpr int64_t kSubBatch = 64;  // tokens per pass through the layers
+
 // A float16 or float32 table [rows, cols], kept alive.
 struct Table {
     py::array keep;
@@ -152,7 +154,19 @@ class CpuModel {
         {
             py::gil_scoped_release nogil;
             std::lock_guard<std::mutex> lock(mu_);
-            run(Compute(k_, threads), idp, T, kc, vc, f16 == 1, start, all_logits, out);
+            const Compute c(k_, threads);
+            // sub-batches bound the scratch memory (a few MB) whatever T is; the
+            // weights are read once per sub-batch, which prefill's compute hides.
+            // Even sizes: a sub-batch of one token would take decode's attention
+            // path and round differently from the same prompt in one batch.
+            const int64_t parts = (T + kSubBatch - 1) / kSubBatch;
+            for (int64_t p = 0, t0 = 0; p < parts; ++p) {
+                const int64_t n = T / parts + (p < T % parts ? 1 : 0);
+                const bool last = t0 + n == T;
+                run(c, idp + t0, n, kc, vc, f16 == 1, start + t0, all_logits || last,
+                    all_logits ? out + t0 * vocab_ : (last ? out : nullptr), all_logits);
+                t0 += n;
+            }
         }
         return logits;
     }
@@ -198,8 +212,10 @@ class CpuModel {
         return scratch_.data();
     }
 
+    // T tokens at `start`; then, if `head`, the logits of every token (all_logits) or of the last
     void run(const Compute &c, const int64_t *ids, int64_t T, const std::vector<void *> &kc,
-             const std::vector<void *> &vc, bool kv_f16, int64_t start, bool all_logits, float *logits) {
+             const std::vector<void *> &vc, bool kv_f16, int64_t start, bool head, float *logits,
+             bool all_logits) {
         const int64_t H = H_, Q = Hq_ * D_, KV = Hkv_ * D_, F = F_;
         const int64_t kpx = std::max({kp_h_, kp_q_, kp_f_, kp_head_});
         // float scratch: x, h, q, k, v, a, o, gate, up; then int8 codes, scales, sums
@@ -217,12 +233,12 @@ class CpuModel {
         for (size_t i = 0; i < layers_.size(); ++i) {
             const Layer &l = layers_[i];
             // attention
-            Compute::rmsnorm(x, l.attn_norm, T, H, eps_, h);
+            c.rmsnorm(x, l.attn_norm, T, H, eps_, h);
             c.quantize(h, T, H, kpx, xq, xs, sum);
             const TernaryOut qkv[3] = {{l.q, q}, {l.k, kb}, {l.v, vb}};
             c.ternary(qkv, 3, xq, kpx, xs, sum, T);
-            Compute::rope(q, T, Hq_, D_, pos.data(), theta_, neox_, rot_dim_);
-            Compute::rope(kb, T, Hkv_, D_, pos.data(), theta_, neox_, rot_dim_);
+            c.rope(q, T, Hq_, D_, pos.data(), theta_, neox_, rot_dim_);
+            c.rope(kb, T, Hkv_, D_, pos.data(), theta_, neox_, rot_dim_);
             if (kv_f16) {
                 c.to_f16(kb, static_cast<uint16_t *>(kc[i]) + start * KV, T * KV);
                 c.to_f16(vb, static_cast<uint16_t *>(vc[i]) + start * KV, T * KV);
@@ -231,26 +247,27 @@ class CpuModel {
                 std::memcpy(static_cast<float *>(vc[i]) + start * KV, vb, sizeof(float) * T * KV);
             }
             c.attention(AttentionArgs{q, kc[i], vc[i], a, T, Hq_, Hkv_, D_, start, scale, kv_f16});
-            Compute::rmsnorm(a, l.attn_sub_norm, T, Q, eps_, a);
+            c.rmsnorm(a, l.attn_sub_norm, T, Q, eps_, a);
             c.quantize(a, T, Q, kpx, xq, xs, sum);
             const TernaryOut wo{l.o, o};
             c.ternary(&wo, 1, xq, kpx, xs, sum, T);
             for (int64_t j = 0; j < T * H; ++j) x[j] += o[j];
             // feed-forward
-            Compute::rmsnorm(x, l.ffn_norm, T, H, eps_, h);
+            c.rmsnorm(x, l.ffn_norm, T, H, eps_, h);
             c.quantize(h, T, H, kpx, xq, xs, sum);
             const TernaryOut gu[2] = {{l.gate, g}, {l.up, u}};
             c.ternary(gu, 2, xq, kpx, xs, sum, T);
             c.gated(silu_, g, u, g, T * F);
-            Compute::rmsnorm(g, l.ffn_sub_norm, T, F, eps_, g);
+            c.rmsnorm(g, l.ffn_sub_norm, T, F, eps_, g);
             c.quantize(g, T, F, kpx, xq, xs, sum);
             const TernaryOut wd{l.down, o};
             c.ternary(&wd, 1, xq, kpx, xs, sum, T);
             for (int64_t j = 0; j < T * H; ++j) x[j] += o[j];
         }
+        if (!head) return;
         const int64_t n = all_logits ? T : 1;
         const float *last = x + (T - n) * H;
-        Compute::rmsnorm(last, output_norm_, n, H, eps_, h);
+        c.rmsnorm(last, output_norm_, n, H, eps_, h);
         if (head_i8_) c.dense_i8(*head_i8_, h, n, logits, xq, xs, sum);
         else c.dense(head_.ptr, head_.f16, head_.rows, H, h, n, logits);
     }

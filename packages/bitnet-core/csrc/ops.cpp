@@ -212,7 +212,7 @@ class Kernels {
         const float *xd = x.data(), *wd = w.data();
         float *yd = y.mutable_data();
         py::gil_scoped_release nogil;
-        Compute::rmsnorm(xd, wd, T, K, eps, yd);
+        c_.rmsnorm(xd, wd, T, K, eps, yd);
         return y;
     }
 
@@ -231,7 +231,7 @@ class Kernels {
         float *yd = y.mutable_data();
         py::gil_scoped_release nogil;
         std::memcpy(yd, xd, sizeof(float) * static_cast<size_t>(T * H * D));
-        Compute::rope(yd, T, H, D, pos, theta, neox, rot_dim);
+        c_.rope(yd, T, H, D, pos, theta, neox, rot_dim);
         return y;
     }
 

@@ -85,6 +85,21 @@ def test_fused_int8_head_equals_generic(prov_args):
     assert np.abs(got - exact).max() <= 0.05 * np.abs(exact).max()
 
 
+def test_fused_long_prompt_in_sub_batches(prov_args):
+    """Prompts past the fused pass's 64-token sub-batches, then decode past 2 attention chunks."""
+    cfg = dict(MODEL_CONFIGS["gqa-relu2"], context_length=256)
+    weights = random_weights(BitNetConfig(**cfg), seed=4)
+    fused, generic = _pair(*prov_args, weights)
+    ids = np.random.default_rng(5).integers(0, cfg["vocab_size"], size=150)
+    np.testing.assert_array_equal(fused.logits(ids), generic.logits(ids))
+    with fused.new_cache() as fs, generic.new_cache() as gs:
+        np.testing.assert_array_equal(fused.forward(ids[:129], fs), generic.forward(ids[:129], gs))
+        for i in range(129, 150):
+            np.testing.assert_array_equal(
+                fused.forward(ids[i : i + 1], fs), generic.forward(ids[i : i + 1], gs)
+            )
+
+
 def test_fused_chunked_prefill(prov_args):
     weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=2)
     prov = _provider(*prov_args)

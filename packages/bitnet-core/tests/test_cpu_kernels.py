@@ -202,6 +202,12 @@ def test_rope(prov, style, shape, rot):
         (5, 6, 3, 7, 0),
         (4, 4, 4, 64, 9),
         (9, 16, 4, 128, 200),
+        # decode over several 64-row chunks (split attention): heads not a multiple
+        # of 4, head dims with a tail, one-row last chunks, exactly one chunk
+        (1, 5, 5, 20, 130),
+        (1, 20, 5, 128, 300),
+        (1, 3, 1, 9, 64),
+        (1, 6, 2, 96, 63),
     ],
 )
 def test_attention(prov, t, hq, hkv, d, start):
@@ -213,6 +219,23 @@ def test_attention(prov, t, hq, hkv, d, start):
     k[start + t :] = 1e4  # never read: beyond the causal window
     want = REF.attention(q, k, v, start)
     np.testing.assert_allclose(prov.attention(q, k, v, start), want, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("t,start", [(1, 0), (1, 150), (6, 70)])
+def test_attention_on_float16_caches(prov, t, start):
+    """A float16 cache gives exactly what float32 caches of the same values give."""
+    rng = np.random.default_rng(start)
+    cap = start + t + 2
+    q = rng.standard_normal((t, 6, 40)).astype(np.float32)
+    k16 = rng.standard_normal((cap, 3, 40)).astype(np.float16)
+    v16 = rng.standard_normal((cap, 3, 40)).astype(np.float16)
+    got = prov.attention(q, k16, v16, start)
+    np.testing.assert_array_equal(
+        got, prov.attention(q, k16.astype(np.float32), v16.astype(np.float32), start)
+    )
+    np.testing.assert_allclose(got, REF.attention(q, k16, v16, start), rtol=2e-5, atol=2e-6)
+    with pytest.raises(ShapeError, match="same dtype"):
+        prov.attention(q, k16, v16.astype(np.float32), start)
 
 
 @pytest.mark.parametrize("shape", [(1,), (1, 7), (3, 4096), (2, 3, 5)])

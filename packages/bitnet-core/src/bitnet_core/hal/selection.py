@@ -8,6 +8,9 @@ Requests:
 - ``cuda``, ``opencl`` (alias ``ocl``), ``vulkan``, ``webgpu``: that family, an error if unavailable;
 - any provider name (``cpu-avx2``, ``cpu-reference``, ``fake-cuda``...): exactly that provider.
 
+A request that only CPU providers can meet (``cpu``, ``cpu-avx2``...) probes
+and lists only the CPU providers.
+
 A specific request that cannot be met raises ``DeviceUnavailableError`` naming
 the reason, never a silent switch. ``BITNET_STRICT_MODE=1`` ignores fake
 devices (a request only fakes could meet is a ``StrictModeError``) and turns
@@ -144,6 +147,11 @@ def select(device: str | None = None) -> Selection:
     else:
         candidates, explicit = [r for r in records if r.name == request.name], True
 
+    # A CPU request reports the CPU providers it saw; probing GPU runtimes too
+    # (PoCL, lavapipe: ~70 MB of memory and seconds of start-up) would only
+    # fill the summary. `bitnet devices` and auto/gpu requests probe them all.
+    if candidates and all(r.device_kind == "cpu" for r in candidates):
+        records = [r for r in records if r.device_kind == "cpu"]
     chosen = next((r for r in candidates if usable(r, explicit)), None)
     if strict and chosen is None and any(r.fake for r in candidates):
         fakes = [r.name for r in candidates if r.fake]
