@@ -29,6 +29,7 @@ int64_t chunk(int64_t n, int threads, int64_t grain) {
 }
 
 constexpr int kMaxOuts = 8;
+constexpr int64_t kChunk = 1 << 20;  // bytes per work item of sum_bytes
 
 struct TernaryJob {
     const KernelTable *k;
@@ -98,6 +99,27 @@ void Compute::ternary(const TernaryOut *outs, int n, const int8_t *xq, int64_t x
     }
     const int64_t rows = job.first[n];
     parallel_for(rows, chunk(rows, threads_, 16), threads_, &TernaryJob::run, &job);
+}
+
+uint64_t Compute::sum_bytes(const uint8_t *p, int64_t n) const {
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    std::vector<uint64_t> sums(static_cast<size_t>(chunks));
+    struct Ctx {
+        const KernelTable *k;
+        const uint8_t *p;
+        int64_t n;
+        uint64_t *sums;
+    } ctx{k_, p, n, sums.data()};
+    parallel_for(chunks, 1, threads_, [](void *c, int64_t c0, int64_t c1) {
+        auto *x = static_cast<Ctx *>(c);
+        for (int64_t i = c0; i < c1; ++i) {
+            const int64_t b = i * kChunk;
+            x->sums[i] = x->k->sum_bytes(x->p + b, std::min(kChunk, x->n - b));
+        }
+    }, &ctx);
+    uint64_t total = 0;
+    for (uint64_t v : sums) total += v;
+    return total;
 }
 
 void Compute::dense(const void *w, bool f16, int64_t N, int64_t K, const float *x, int64_t T,

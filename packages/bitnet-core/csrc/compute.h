@@ -49,6 +49,9 @@ class Compute {
     // causal grouped-query attention of q [T, Hq, D] over k/v [S, Hkv, D] at `start`
     void attention(const AttentionArgs &a) const;
 
+    // sum of n bytes read by all threads, in chunks of 1 MB (the bandwidth probe)
+    uint64_t sum_bytes(const uint8_t *p, int64_t n) const;
+
     // float16 bits of x [n], rounded to nearest even (a float16 KV cache)
     void to_f16(const float *x, uint16_t *out, int64_t n) const { k_->to_f16(x, out, n); }
 

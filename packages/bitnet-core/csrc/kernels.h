@@ -98,6 +98,8 @@ struct KernelTable {
     void (*relu2_mul)(const float *g, const float *u, float *out, int64_t i0, int64_t i1);
     // out[i] = float16 bits of x[i], rounded to nearest even (as numpy's astype)
     void (*to_f16)(const float *x, uint16_t *out, int64_t n);
+    // sum of n bytes: reads memory as fast as a core can (the bandwidth probe)
+    uint64_t (*sum_bytes)(const uint8_t *p, int64_t n);
 };
 
 const KernelTable *kernels_scalar();

@@ -235,6 +235,17 @@ class Kernels {
         return y;
     }
 
+    // the sum of a buffer's bytes, read by every thread (tools/bench times it)
+    uint64_t sum_bytes(py::buffer b) {
+        py::buffer_info info = b.request();
+        if (info.ndim != 1 || info.strides[0] != info.itemsize)
+            throw std::invalid_argument("sum_bytes needs a contiguous 1-D buffer");
+        const auto *p = static_cast<const uint8_t *>(info.ptr);
+        const int64_t n = info.size * info.itemsize;
+        py::gil_scoped_release nogil;
+        return c_.sum_bytes(p, n);
+    }
+
     py::array_t<uint16_t> to_f16(CArray<float> x) {
         py::array_t<uint16_t> out(std::vector<py::ssize_t>(x.shape(), x.shape() + x.ndim()));
         const float *xd = x.data();
@@ -290,6 +301,8 @@ void register_ops(py::module_ &m) {
         .def("rmsnorm", &Kernels::rmsnorm, py::arg("x"), py::arg("weight"), py::arg("eps"))
         .def("rope", &Kernels::rope, py::arg("x"), py::arg("positions"), py::arg("theta"), py::arg("style"),
              py::arg("rot_dim"))
+        .def("sum_bytes", &Kernels::sum_bytes, py::arg("buffer"),
+             "Sum of the bytes of a contiguous 1-D buffer, read by every thread (memory bandwidth probe).")
         .def("to_f16", &Kernels::to_f16, py::arg("x"), "float16 bits (uint16) of x, round to nearest even.")
         .def("silu_mul", &Kernels::silu_mul, py::arg("gate"), py::arg("up"))
         .def("relu2_mul", &Kernels::relu2_mul, py::arg("gate"), py::arg("up"));

@@ -54,18 +54,24 @@ class Pool {
     void run(int64_t n, int64_t grain, int threads, RangeFn fn, void *ctx) {
         std::lock_guard<std::mutex> submit(submit_mu_);  // one job at a time
         ensure_workers(threads - 1);
+        const uint64_t gen = (job_.load() >> 8) + 1;
+        const uint64_t tag = (gen & 0xffffffffu) << 32;
+        // Chunks are claimed from the ticket (generation << 32 | next chunk): a
+        // worker that wakes up late sees another generation and claims nothing,
+        // so the caller only ever waits for chunks in progress, never for a
+        // worker the OS has not scheduled yet. Close the last job's ticket
+        // before touching the job's fields: a late worker holding that ticket
+        // (all its chunks claimed) could otherwise read the new chunk count,
+        // find room, win its compare-exchange on the old ticket, and run a
+        // chunk of this job twice (done_ then overshoots and run() never returns).
+        ticket_.store(tag | kClosed, std::memory_order_seq_cst);
         fn_ = fn;
         ctx_ = ctx;
         n_ = n;
         grain_ = grain;
-        nchunks_ = (n + grain - 1) / grain;
+        nchunks_.store((n + grain - 1) / grain, std::memory_order_release);
         done_.store(0, std::memory_order_relaxed);
-        const uint64_t gen = (job_.load() >> 8) + 1;
-        // chunks are claimed from the ticket (generation << 32 | next chunk): a
-        // worker that wakes up late sees another generation and claims nothing,
-        // so the caller only ever waits for chunks in progress, never for a
-        // worker the OS has not scheduled yet
-        ticket_.store((gen & 0xffffffffu) << 32, std::memory_order_release);
+        ticket_.store(tag, std::memory_order_release);
         {
             // the job word: generation in the high bits, worker count in the low byte
             std::lock_guard<std::mutex> lk(mu_);
@@ -73,7 +79,8 @@ class Pool {
         }
         cv_.notify_all();
         work(gen);
-        for (int spins = 1; done_.load(std::memory_order_acquire) != nchunks_; ++spins) {
+        const int64_t nchunks = nchunks_.load(std::memory_order_relaxed);
+        for (int spins = 1; done_.load(std::memory_order_acquire) != nchunks; ++spins) {
             BITNET_PAUSE();
             if (spins % 1024 == 0) std::this_thread::yield();
         }
@@ -94,7 +101,8 @@ class Pool {
         for (;;) {
             if ((t & ~0xffffffffull) != tag) return;  // another job's ticket
             int64_t c = static_cast<int64_t>(t & 0xffffffffu);
-            if (c >= nchunks_) return;
+            // acquire: a count stored after this ticket was closed makes the CAS below see it closed
+            if (c >= nchunks_.load(std::memory_order_acquire)) return;  // all claimed, or closed
             if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel,
                                                std::memory_order_acquire))
                 continue;  // t was reloaded
@@ -132,7 +140,8 @@ class Pool {
     std::atomic<uint64_t> job_{0};
     std::atomic<uint64_t> ticket_{0};
     std::atomic<int64_t> done_{0};
-    int64_t nchunks_ = 0;
+    std::atomic<int64_t> nchunks_{0};
+    static constexpr uint64_t kClosed = 0xffffffffu;  // a ticket's chunk field: no chunk to claim
     std::atomic<bool> stop_{false};
     RangeFn fn_ = nullptr;
     void *ctx_ = nullptr;
@@ -150,6 +159,8 @@ void parallel_for(int64_t n, int64_t grain, int threads, RangeFn fn, void *ctx) 
     if (n <= 0) return;
     if (grain < 1) grain = 1;
     if (threads <= 0) threads = default_threads();
+    constexpr int64_t kMaxChunks = 0xfffffffe;  // a chunk index fits the ticket's 32 bits
+    if ((n + grain - 1) / grain > kMaxChunks) grain = (n + kMaxChunks - 1) / kMaxChunks;
     int64_t chunks = (n + grain - 1) / grain;
     if (threads > chunks) threads = static_cast<int>(chunks);
     if (threads > 255) threads = 255;

@@ -89,3 +89,17 @@ def test_chat_answers_each_line(model_file, capsys, clean_registry, monkeypatch)
     rc = main(["chat", "-m", str(model_file), "-n", "4", "--temperature", "0"])
     assert rc == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+@pytest.mark.parametrize("kv_type,want", [("f32", "float32"), ("f16", "float16")])
+def test_bench_kv_type_flag(model_file, capsys, clean_registry, kv_type, want):
+    argv = ["bench", "-m", str(model_file), "-p", "4", "-n", "2", "--json", "--no-progress"]
+    rc = main([*argv, "--device", "cpu-reference", "--kv-type", kv_type])
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out)["kv_cache_dtype"] == want
+
+
+def test_bench_reports_the_devices_kv_type(model_file, capsys, clean_registry):
+    argv = ["bench", "-m", str(model_file), "-p", "4", "-n", "2", "--json", "--no-progress"]
+    assert main([*argv, "--device", "cpu-reference"]) == 0
+    assert json.loads(capsys.readouterr().out)["kv_cache_dtype"] == "float32"  # the spec's default

@@ -25,6 +25,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--ctx-size", "-c", type=int, default=None, help="context length (tokens)")
     p.add_argument(
+        "--kv-type",
+        choices=["f16", "f32"],
+        default=None,
+        help="KV cache element type (default: the device's choice; f16 on the native CPU providers)",
+    )
+    p.add_argument(
         "--no-progress", action="store_true", help="no progress bar while the model loads"
     )
 
@@ -76,10 +82,11 @@ def load_model(args: argparse.Namespace):
 
     apply_threads(args.threads)
     kv = None
-    if args.ctx_size is not None:
-        if args.ctx_size <= 0:
-            raise ConfigError(f"--ctx-size must be a positive integer, got {args.ctx_size}")
-        kv = KVCacheConfig(max_seq_len=args.ctx_size)
+    if args.ctx_size is not None and args.ctx_size <= 0:
+        raise ConfigError(f"--ctx-size must be a positive integer, got {args.ctx_size}")
+    kv_type = getattr(args, "kv_type", None)
+    if args.ctx_size is not None or kv_type is not None:
+        kv = KVCacheConfig(max_seq_len=args.ctx_size, dtype=kv_type)
     model = load(
         args.model,
         args.device,

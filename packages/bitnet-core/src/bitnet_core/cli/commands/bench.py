@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         "provider": model.provider.name,
         "startup": str(model.selection),
         "act_quant": model.quantize_activations,
+        "kv_cache_dtype": str(getattr(getattr(model.backend, "kv", None), "dtype", "unknown")),
         "n_prompt": args.n_prompt,
         "n_gen": args.n_gen,
         "repetitions": args.repetitions,
