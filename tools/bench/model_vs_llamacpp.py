@@ -6,7 +6,9 @@ decode (``--n-gen`` steps) tokens/s, measured the way ``bitnet bench`` does
 llama-cpp-python (``Llama.eval``). Each engine lives in its own worker process
 (loaded once); runs alternate A/B, B/A, ... so drift in machine load hits both
 alike. Reports medians, min/max and the ratios ours / llama.cpp, our peak RSS
-against the GGUF size plus the KV cache, and writes JSON and a PNG.
+against the GGUF size plus the KV cache it holds (also counted from the RSS
+before the model loads: the interpreter and numpy), llama-cpp-python's peak
+RSS the same way, and writes JSON and a PNG.
 
     uv sync --all-packages --inexact --group bench
     uv pip install --find-links /root/.cache/bitnet-ci/wheels llama-cpp-python==0.3.36
@@ -59,13 +61,26 @@ def _prompt(n_vocab: int, n: int) -> list[int]:
     return np.random.default_rng(0).integers(0, n_vocab, n).tolist()
 
 
+def _rss_now() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
 def worker_ours(args: argparse.Namespace):
     import bitnet_core
     from bitnet_core.cli.commands.bench import bench_once
 
+    baseline = _rss_now()  # the interpreter, numpy and bitnet_core, before any model
     t0 = time.perf_counter()
     model = bitnet_core.load(args.model, device=args.device)
-    info = {"provider": model.provider.name, "load_s": time.perf_counter() - t0}
+    kv = model.backend.kv
+    info = {
+        "provider": model.provider.name,
+        "load_s": time.perf_counter() - t0,
+        "rss_before_load_bytes": baseline,
+        "kv_dtype": str(kv.dtype),
+        "kv_bytes_per_token": kv.bytes_per_token,
+    }
     if hasattr(model.provider, "threads"):
         info["threads"] = model.provider.threads
     rng = np.random.default_rng(0)
@@ -92,6 +107,7 @@ def worker_llama(args: argparse.Namespace):
         "provider": "llama-cpp-python",
         "load_s": time.perf_counter() - t0,
         "threads": args.threads,
+        "n_ctx": llm.n_ctx(),
     }
     ids = _prompt(llm.n_vocab(), args.n_prompt)
 
@@ -211,15 +227,17 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
     rss = ours.close()["peak_rss_bytes"]
-    llama.close()
+    llama_rss = llama.close()["peak_rss_bytes"]
 
     from bitnet_core.gguf import open_model_file
 
     cfg = open_model_file(args.model).config
-    kv_bytes = (
-        2 * cfg.num_layers * (args.n_prompt + args.n_gen + 1) * cfg.num_kv_heads * cfg.head_dim * 4
-    )
+    # the KV cache each engine holds: ours what the run's tokens use, in its dtype;
+    # llama.cpp's its whole n_ctx in float16 (its default cache type)
+    kv_bytes = ours.info["kv_bytes_per_token"] * (args.n_prompt + args.n_gen + 1)
+    llama_kv = 2 * cfg.num_layers * llama.info["n_ctx"] * cfg.num_kv_heads * cfg.head_dim * 2
     gguf_bytes = args.model.stat().st_size
+    base = ours.info["rss_before_load_bytes"]
     report: dict = {
         "model": str(args.model),
         "gguf_bytes": gguf_bytes,
@@ -241,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         "peak_rss_bytes": rss,
         "kv_cache_bytes": kv_bytes,
         "rss_over_gguf_plus_kv": rss / (gguf_bytes + kv_bytes),
+        "rss_before_load_bytes": base,
+        "rss_over_gguf_plus_kv_after_import": (rss - base) / (gguf_bytes + kv_bytes),
+        "llama_peak_rss_bytes": llama_rss,
+        "llama_kv_cache_bytes": llama_kv,
+        "llama_rss_over_gguf_plus_kv": llama_rss / (gguf_bytes + llama_kv),
     }
     for k in ("pp", "tg"):
         report[f"ratio_{k}"] = report["ours"][k]["median"] / report["llama"][k]["median"]
@@ -250,7 +273,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{report['llama']['pp']['median']:.1f} -> x{report['ratio_pp']:.2f}\n"
         f"decode {args.n_gen}: ours {report['ours']['tg']['median']:.1f} tok/s, llama.cpp "
         f"{report['llama']['tg']['median']:.1f} -> x{report['ratio_tg']:.2f}\n"
-        f"peak RSS {rss / 1e6:.0f} MB = {report['rss_over_gguf_plus_kv']:.2f} x (GGUF + KV cache)\n"
+        f"peak RSS {rss / 1e6:.0f} MB = {report['rss_over_gguf_plus_kv']:.2f} x (GGUF + KV cache "
+        f"{kv_bytes / 1e6:.0f} MB {ours.info['kv_dtype']}); "
+        f"{report['rss_over_gguf_plus_kv_after_import']:.2f} x over the {base / 1e6:.0f} MB "
+        "held before loading\n"
+        f"llama-cpp-python peak RSS {llama_rss / 1e6:.0f} MB = "
+        f"{report['llama_rss_over_gguf_plus_kv']:.2f} x (GGUF + its KV cache {llama_kv / 1e6:.0f} MB)\n"
         f"wrote {args.out}"
     )
     if args.png:

@@ -37,6 +37,15 @@ uses them when present):
 - ``make_backend(weights, **opts)``: a fused Level-2 backend, or None;
 - ``set_threads(n)``: CPU threads (``bitnet run --threads``);
 - ``kernel_names()``: the kernels a receipt lists (default: the ops above).
+
+Optional attributes (read by the generic engine):
+
+- ``kv_dtypes``: the KV cache dtypes ``kv_store``/``attention`` accept,
+  preferred first (default ``("float32",)``); ``"float16"`` caches hold the
+  round-to-nearest-even float16 of what ``kv_store`` gets;
+- ``commits_on_touch``: True when memory from ``empty`` costs nothing until
+  written (numpy on the host): KV caches are then made once at full length
+  and grow without copies.
 """
 
 from __future__ import annotations
