@@ -163,36 +163,50 @@ void TernaryMatrix::unpack_row(int64_t r, int8_t *o) const {
     }
 }
 
-std::shared_ptr<DenseI8> dense_i8_from(py::array table) {
-    if (table.ndim() != 2) throw std::invalid_argument("dense table must be 2-D");
-    const bool f16 = table.dtype().is(py::dtype("float16"));
-    py::array tab = f16 ? py::array(CArray<uint16_t>::ensure(table.attr("view")("uint16")))
-                        : py::array(CArray<float>::ensure(table));
-    if (!tab) throw std::invalid_argument("dense table must be float16 or float32");
+std::shared_ptr<DenseI8> dense_i8_empty(int64_t rows, int64_t cols) {
+    if (rows < 0 || cols < 0) throw std::invalid_argument("dense table: negative shape");
     auto d = std::make_shared<DenseI8>();
-    d->rows = table.shape(0);
-    d->cols = table.shape(1);
-    d->stride = round_up(std::max<int64_t>(d->cols, 1), 32);
+    d->rows = rows;
+    d->cols = cols;
+    d->stride = round_up(std::max<int64_t>(cols, 1), 32);
     d->data = aligned_buffer(d->nbytes());
-    d->scales.resize(d->rows);
+    d->scales.assign(rows, 1.0f);
+    return d;
+}
+
+void dense_i8_fill_rows(DenseI8 &d, int64_t start, py::array block) {
+    if (block.ndim() != 2 || block.shape(1) != d.cols)
+        throw std::invalid_argument("dense table rows do not match the table's columns");
+    const int64_t n = block.shape(0);
+    if (start < 0 || start + n > d.rows) throw std::invalid_argument("dense table rows out of range");
+    const bool f16 = block.dtype().is(py::dtype("float16"));
+    py::array tab = f16 ? py::array(CArray<uint16_t>::ensure(block.attr("view")("uint16")))
+                        : py::array(CArray<float>::ensure(block));
+    if (!tab) throw std::invalid_argument("dense table must be float16 or float32");
     const void *src = tab.data();
     py::gil_scoped_release nogil;
-    std::vector<float> row(d->cols);
-    for (int64_t r = 0; r < d->rows; ++r) {
+    std::vector<float> row(d.cols);
+    for (int64_t i = 0; i < n; ++i) {
         if (f16) {
-            const uint16_t *h = static_cast<const uint16_t *>(src) + r * d->cols;
-            for (int64_t c = 0; c < d->cols; ++c) row[c] = half_bits_to_float(h[c]);
+            const uint16_t *h = static_cast<const uint16_t *>(src) + i * d.cols;
+            for (int64_t c = 0; c < d.cols; ++c) row[c] = half_bits_to_float(h[c]);
         } else {
-            std::memcpy(row.data(), static_cast<const float *>(src) + r * d->cols, sizeof(float) * d->cols);
+            std::memcpy(row.data(), static_cast<const float *>(src) + i * d.cols, sizeof(float) * d.cols);
         }
         float amax = 0.0f;
-        for (int64_t c = 0; c < d->cols; ++c) amax = std::max(amax, std::fabs(row[c]));
-        float s = amax > 0.0f ? amax / 127.0f : 1.0f;
-        d->scales[r] = s;
-        int8_t *o = reinterpret_cast<int8_t *>(d->data.get()) + r * d->stride;
-        for (int64_t c = 0; c < d->cols; ++c)
+        for (int64_t c = 0; c < d.cols; ++c) amax = std::max(amax, std::fabs(row[c]));
+        const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
+        d.scales[start + i] = s;
+        int8_t *o = reinterpret_cast<int8_t *>(d.data.get()) + (start + i) * d.stride;
+        for (int64_t c = 0; c < d.cols; ++c)
             o[c] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, std::nearbyint(row[c] / s))));
     }
+}
+
+std::shared_ptr<DenseI8> dense_i8_from(py::array table) {
+    if (table.ndim() != 2) throw std::invalid_argument("dense table must be 2-D");
+    auto d = dense_i8_empty(table.shape(0), table.shape(1));
+    dense_i8_fill_rows(*d, 0, table);
     return d;
 }
 
@@ -218,6 +232,10 @@ void register_tensors(py::module_ &m) {
         "A dense table as int8 rows with per-row absmax scales (the int8 output head).")
         .def(py::init(&dense_i8_from), py::arg("table"),
              "From a float16 or float32 table [rows, cols], converted one row at a time.")
+        .def_static("empty", &dense_i8_empty, py::arg("rows"), py::arg("cols"),
+                    "An all-zero table to fill with fill_rows.")
+        .def("fill_rows", &dense_i8_fill_rows, py::arg("start"), py::arg("block"),
+             "Rows start .. start + len(block) from a float16 or float32 block.")
         .def_readonly("rows", &DenseI8::rows)
         .def_readonly("cols", &DenseI8::cols)
         .def_property_readonly("shape", [](const DenseI8 &d) { return py::make_tuple(d.rows, d.cols); })

@@ -66,6 +66,10 @@ struct DenseI8 {
 // From a float16 or float32 table, one row at a time (no float32 copy of a
 // float16 table is made).
 std::shared_ptr<DenseI8> dense_i8_from(py::array table);
+// An all-zero table of rows x cols, to fill a block of rows at a time (fill_rows).
+std::shared_ptr<DenseI8> dense_i8_empty(int64_t rows, int64_t cols);
+// Rows [start, start + block rows) from a float16 or float32 block [n, cols].
+void dense_i8_fill_rows(DenseI8 &d, int64_t start, py::array block);
 
 // float16 bits -> float (exact)
 float half_bits_to_float(uint16_t h);

@@ -145,7 +145,19 @@ def test_quantize_act_rounds_half_to_even(prov):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
-@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 13, 9), (2, 1536, 67), (7, 100, 130), (4, 33, 5)])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        (1, 1, 1),
+        (1, 13, 9),
+        (1, 1536, 67),
+        (1, 100, 130),
+        (1, 45, 6),
+        (2, 1536, 67),
+        (7, 100, 130),
+        (4, 33, 5),
+    ],
+)
 def test_matmul_dense(prov, shape, dtype):
     t, k, n = shape
     rng = np.random.default_rng(k * n)
@@ -156,7 +168,9 @@ def test_matmul_dense(prov, shape, dtype):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
 
 
-@pytest.mark.parametrize("shape", [(1, 5, 3), (3, 1536, 129), (6, 70, 40)])
+@pytest.mark.parametrize(
+    "shape", [(1, 5, 3), (1, 1536, 129), (1, 70, 41), (3, 1536, 129), (6, 70, 40)]
+)
 def test_matmul_dense_int8_head(prov, shape):
     t, k, n = shape
     rng = np.random.default_rng(k)

@@ -22,6 +22,8 @@ PLUGIN_MODULE = textwrap.dedent(
     from bitnet_core.providers.reference import ReferenceProvider
     from bitnet_core.hal.provider import Availability
 
+    PROBES = []  # (name, explicit) of every probe
+
     class GoodGpu(ReferenceProvider):
         name = "testgpu"
         family = "opencl"
@@ -29,6 +31,7 @@ PLUGIN_MODULE = textwrap.dedent(
         priority = 25
 
         def probe(self, explicit=False):
+            PROBES.append((self.name, explicit))
             return Availability.yes("test gpu 0")
 
     class NoDevice(ReferenceProvider):
@@ -180,6 +183,16 @@ def test_strict_mode_forbids_fallback_past_unavailable_gpu(installed_plugin, mon
     assert select("auto").record.name == "testgpu"
     # ... but asking for the CPU while GPUs are unavailable is not a fallback
     assert select("cpu").record.device_kind == "cpu"
+
+
+def test_cpu_requests_probe_only_cpu_providers(installed_plugin):
+    for request in ("cpu", "cpu-reference"):
+        sel = select(request)
+        assert sel.record.device_kind == "cpu" and "testgpu" not in sel.summary.detected
+    plugin = sys.modules.get("bitnet_test_plugin")
+    assert plugin is None or plugin.PROBES == []  # never probed (perhaps not even imported)
+    assert "testgpu" in select("auto").summary.detected  # auto probes everything
+    assert sys.modules["bitnet_test_plugin"].PROBES
 
 
 def test_strict_auto_fallback_error(clean_registry, monkeypatch, tmp_path):

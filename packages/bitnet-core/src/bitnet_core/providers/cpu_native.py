@@ -38,6 +38,7 @@ from ..native import cpu_features, load_native
 from .reference import ReferenceProvider
 
 LAYOUTS = ("auto", "i2_128", "tq1_160")
+_I8_BLOCK_ROWS = 4096  # rows of the output head converted to int8 at a time
 
 #: CPU features each instruction set's kernels need.
 REQUIRED_FEATURES: dict[str, tuple[str, ...]] = {
@@ -67,6 +68,34 @@ def layout_from_env() -> str:
     if layout not in LAYOUTS:
         raise ConfigError(f"BITNET_CPU_LAYOUT must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     return layout
+
+
+def release_file_pages(arr: np.ndarray) -> bool:
+    """Drop the resident pages of ``arr`` if it is a read-only view of a file mapping.
+
+    Only for a ``numpy.memmap`` opened read-only (a GGUF): ``MADV_DONTNEED``
+    unmaps the pages, and any later read faults them back from the page
+    cache, so nothing is lost; it just stops counting in the RSS. Any other
+    array (writable, anonymous memory): nothing is done. True if released.
+    """
+    import mmap
+
+    base: Any = arr
+    while base is not None and not isinstance(base, mmap.mmap):
+        base = getattr(base, "base", None)
+    if base is None or arr.flags.writeable or not hasattr(base, "madvise"):
+        return False
+    page = mmap.PAGESIZE
+    offset = arr.ctypes.data - np.frombuffer(base, dtype=np.uint8).ctypes.data
+    start = -(-offset // page) * page
+    end = (offset + arr.nbytes) // page * page
+    if not 0 <= start < end <= len(base):
+        return False
+    try:
+        base.madvise(mmap.MADV_DONTNEED, start, end - start)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _f32(x: Any) -> np.ndarray:
@@ -218,7 +247,14 @@ class NativeCpuProvider(ReferenceProvider):
         hit = self._i8_tables.get(id(table))
         if hit is not None and hit[0] is table:
             return hit[1]
-        dense = self.native_module().DenseI8(np.asarray(table))  # float16 or float32, row by row
+        arr = np.asarray(table)
+        dense = self.native_module().DenseI8.empty(*arr.shape)
+        # block by block, letting each block's pages of the GGUF go once converted (if
+        # it is a file mapping): the head reads the int8 copy from now on, and of the
+        # float table only the embedding rows of the tokens seen are read again
+        for start in range(0, arr.shape[0], _I8_BLOCK_ROWS):
+            dense.fill_rows(start, arr[start : start + _I8_BLOCK_ROWS])
+            release_file_pages(arr[: start + _I8_BLOCK_ROWS])
         self._i8_tables[id(table)] = (table, dense)  # keeps `table` alive: its id stays unique
         return dense
 

@@ -1,0 +1,74 @@
+"""Memory of the native CPU providers: file pages let go, KV caches that grow in place."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from bitnet_core.config import BitNetConfig
+from bitnet_core.gguf import open_model_file
+from bitnet_core.model import load, random_model_file
+from bitnet_core.providers.cpu_native import ALL_PROVIDERS, release_file_pages
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def _native_name() -> str:
+    for cls in ALL_PROVIDERS:
+        if cls().probe().available:
+            return cls.name
+    pytest.skip("no native CPU provider here")
+
+
+@pytest.fixture(scope="module")
+def gguf(tmp_path_factory):
+    cfg = BitNetConfig(
+        vocab_size=8192, hidden_size=512, num_layers=1, num_heads=4, num_kv_heads=4,
+        intermediate_size=512, context_length=64,
+    )  # fmt: skip
+    path = tmp_path_factory.mktemp("m") / "m.gguf"
+    return random_model_file(path, cfg, seed=3, ternary_type="tq2_0", tokenizer=None)
+
+
+@linux
+def test_release_file_pages_of_a_read_only_map(gguf):
+    table = open_model_file(gguf).dense("token_embd.weight")  # 8 MB of float16
+    rows = np.asarray(table[[0, 4095, 8191]]).copy()
+    float(np.asarray(table, np.float32).sum())  # every page resident
+    before = _rss()
+    assert release_file_pages(table)
+    assert _rss() < before - 6e6
+    np.testing.assert_array_equal(table[[0, 4095, 8191]], rows)  # read back from the file
+
+
+def test_release_file_pages_leaves_other_memory_alone():
+    a = np.arange(1 << 20, dtype=np.float32)
+    assert not release_file_pages(a)  # writable
+    a.flags.writeable = False
+    assert not release_file_pages(a)  # read-only, but not a file
+    assert a[12345] == 12345.0
+
+
+@linux
+def test_int8_head_lets_the_float16_table_go(gguf, monkeypatch):
+    """With BITNET_CPU_INT8_HEAD=1 the head reads an int8 copy: the GGUF's float16
+    table (8 MB here) stops being resident, and the logits are the int8 head's."""
+    name = _native_name()
+    ids = [1, 2, 3, 4]
+    exact = load(gguf, name, progress=False).backend.logits(ids)  # (imports, warm-up)
+    monkeypatch.setenv("BITNET_CPU_INT8_HEAD", "1")
+    base = _rss()
+    m = load(gguf, name, progress=False)
+    got = m.backend.logits(ids)
+    # int8 copy 4 MB + the rest < 6 MB; keeping the float16 table would add its 8 MB
+    assert _rss() - base < 6e6, (_rss() - base) / 1e6
+    np.testing.assert_array_equal(got, m.backend.logits(ids))
+    assert not np.array_equal(got, exact)
+    assert np.abs(got - exact).max() <= 0.05 * np.abs(exact).max()
