@@ -70,8 +70,9 @@ struct AttentionArgs {
     bool kv_f16;
 };
 
-// cache rows per chunk of split (flash-decoding) attention
-constexpr int64_t kAttnChunk = 64;
+// cache rows per chunk of split (flash-decoding) attention: small enough that
+// short contexts still give every thread a few chunks
+constexpr int64_t kAttnChunk = 32;
 
 struct KernelTable {
     const char *name;
