@@ -147,12 +147,9 @@ class NativeCpuProvider(ReferenceProvider):
     @property
     def kernels(self) -> Any:
         if self._kernels is None:
-            mod, reason = load_native()
-            if mod is None:
-                raise UnsupportedOperationError(reason)
             threads = self._threads if self._threads is not None else threads_from_env()
             try:
-                self._kernels = mod.Kernels(self.isa, threads)
+                self._kernels = self.native_module().Kernels(self.isa, threads)
             except ValueError as exc:
                 raise UnsupportedOperationError(f"{self.name}: {exc}") from None
         return self._kernels
@@ -183,9 +180,7 @@ class NativeCpuProvider(ReferenceProvider):
         return np.ascontiguousarray(array)
 
     def load_ternary(self, weight: TernaryWeight) -> Any:
-        mod, reason = load_native()
-        if mod is None:
-            raise UnsupportedOperationError(reason)
+        mod = self.native_module()
         layout = self.layout
         if layout == "auto" and weight.format == "tq2_0":
             try:  # the file's bytes in place: no copy, no repacking
@@ -260,6 +255,7 @@ class NativeCpuProvider(ReferenceProvider):
 
     # --- the fused backend -------------------------------------------------------
     def native_module(self) -> Any:
+        """``bitnet_core._native`` (``UnsupportedOperationError`` with the reason if missing)."""
         mod, reason = load_native()
         if mod is None:
             raise UnsupportedOperationError(reason)
