@@ -211,21 +211,14 @@ void rmsnorm_rows(const float *x, const float *w, int64_t K, double eps, float *
 struct RopeArgs {
     float *x;
     int64_t H, D;
-    const int64_t *pos;
-    const double *inv;  // [rot_dim / 2] frequencies
+    const RopeTable *table;
     bool neox;
-    int64_t rot_dim;
 };
 
 void rope_rows(const RopeArgs &a, int64_t t0, int64_t t1) {
-    const int64_t half = a.rot_dim / 2;
-    std::vector<double> cs(half), sn(half);
+    const int64_t half = a.table->half;
     for (int64_t t = t0; t < t1; ++t) {
-        for (int64_t i = 0; i < half; ++i) {
-            const double ang = static_cast<double>(a.pos[t]) * a.inv[i];
-            cs[i] = std::cos(ang);
-            sn[i] = std::sin(ang);
-        }
+        const double *cs = a.table->cs.data() + t * half, *sn = a.table->sn.data() + t * half;
         for (int64_t h = 0; h < a.H; ++h) {
             float *xr = a.x + (t * a.H + h) * a.D;
             for (int64_t i = 0; i < half; ++i) {
@@ -256,17 +249,25 @@ void Compute::rmsnorm(const float *x, const float *w, int64_t T, int64_t K, doub
     }, &ctx);
 }
 
-void Compute::rope(float *x, int64_t T, int64_t H, int64_t D, const int64_t *pos, double theta, bool neox,
-                   int64_t rot_dim) const {
-    const int64_t half = rot_dim / 2;
+RopeTable::RopeTable(const int64_t *pos, int64_t T, double theta, int64_t rot_dim)
+    : half(rot_dim / 2), cs(static_cast<size_t>(T * half)), sn(static_cast<size_t>(T * half)) {
     std::vector<double> inv(half);
     for (int64_t i = 0; i < half; ++i)
         inv[i] = std::pow(theta, -static_cast<double>(i) * 2.0 / static_cast<double>(rot_dim));
-    const RopeArgs a{x, H, D, pos, inv.data(), neox, rot_dim};
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < half; ++i) {
+            const double ang = static_cast<double>(pos[t]) * inv[i];
+            cs[t * half + i] = std::cos(ang);
+            sn[t * half + i] = std::sin(ang);
+        }
+}
+
+void Compute::rope(float *x, int64_t T, int64_t H, int64_t D, const RopeTable &table, bool neox) const {
+    RopeArgs a{x, H, D, &table, neox};
     if (T < kSerialTokens) return rope_rows(a, 0, T);
     parallel_for(T, 4, threads_, [](void *c, int64_t t0, int64_t t1) {
         rope_rows(*static_cast<const RopeArgs *>(c), t0, t1);
-    }, const_cast<RopeArgs *>(&a));
+    }, &a);
 }
 
 }  // namespace bitnet

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels.h"
 #include "tensors.h"
@@ -14,6 +15,13 @@ namespace bitnet {
 // The kernel table of an instruction set ("scalar", "avx2", "avx512", "neon");
 // std::invalid_argument if it is not compiled in or the CPU lacks a feature.
 const KernelTable *kernel_table(const std::string &isa);
+
+// cos and sin of pos[t] * theta^(-2i / rot_dim), i < rot_dim / 2, for T tokens (float64)
+struct RopeTable {
+    RopeTable(const int64_t *pos, int64_t T, double theta, int64_t rot_dim);
+    int64_t half;                // rot_dim / 2
+    std::vector<double> cs, sn;  // [T, half]
+};
 
 // One output of a ternary matmul: y [T, w->rows] = x W^T.
 struct TernaryOut {
@@ -62,9 +70,9 @@ class Compute {
     // the reference: one thread for a few tokens, the pool for more.
     // y [T, K] = x / rms(x) * w (y may be x)
     void rmsnorm(const float *x, const float *w, int64_t T, int64_t K, double eps, float *y) const;
-    // rotary embedding of x [T, H, D] in place, token t at position pos[t]
-    void rope(float *x, int64_t T, int64_t H, int64_t D, const int64_t *pos, double theta, bool neox,
-              int64_t rot_dim) const;
+    // rotary embedding of x [T, H, D] in place, with the angles of `table` (its T
+    // tokens; one table serves q and k of every layer of a forward pass)
+    void rope(float *x, int64_t T, int64_t H, int64_t D, const RopeTable &table, bool neox) const;
 
   private:
     void attention_decode(const AttentionArgs &a) const;

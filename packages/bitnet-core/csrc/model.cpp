@@ -43,10 +43,9 @@ struct Table {
     static Table from(py::array a, const char *what) {
         Table t;
         if (a.ndim() != 2) throw std::invalid_argument(std::string(what) + " must be 2-D");
-        t.f16 = a.dtype().is(py::dtype("float16"));
-        if (t.f16) t.keep = CArray<uint16_t>::ensure(a.attr("view")("uint16"));
-        else if (a.dtype().is(py::dtype::of<float>())) t.keep = CArray<float>::ensure(a);
-        else throw std::invalid_argument(std::string(what) + " must be float16 or float32");
+        if (!a.dtype().is(py::dtype("float16")) && !a.dtype().is(py::dtype::of<float>()))
+            throw std::invalid_argument(std::string(what) + " must be float16 or float32");
+        t.keep = half_or_float(a, t.f16);
         t.ptr = t.keep.data();
         t.rows = a.shape(0);
         t.cols = a.shape(1);
@@ -227,6 +226,7 @@ class CpuModel {
         int8_t *xq = reinterpret_cast<int8_t *>(sum + T);
         std::vector<int64_t> pos(T);
         for (int64_t t = 0; t < T; ++t) pos[t] = start + t;
+        const RopeTable rope(pos.data(), T, theta_, rot_dim_);  // the angles of every layer
         for (int64_t t = 0; t < T; ++t) embedding_.row(ids[t], x + t * H);
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D_)));
 
@@ -237,8 +237,8 @@ class CpuModel {
             c.quantize(h, T, H, kpx, xq, xs, sum);
             const TernaryOut qkv[3] = {{l.q, q}, {l.k, kb}, {l.v, vb}};
             c.ternary(qkv, 3, xq, kpx, xs, sum, T);
-            c.rope(q, T, Hq_, D_, pos.data(), theta_, neox_, rot_dim_);
-            c.rope(kb, T, Hkv_, D_, pos.data(), theta_, neox_, rot_dim_);
+            c.rope(q, T, Hq_, D_, rope, neox_);
+            c.rope(kb, T, Hkv_, D_, rope, neox_);
             if (kv_f16) {
                 c.to_f16(kb, static_cast<uint16_t *>(kc[i]) + start * KV, T * KV);
                 c.to_f16(vb, static_cast<uint16_t *>(vc[i]) + start * KV, T * KV);

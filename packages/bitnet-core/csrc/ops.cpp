@@ -150,9 +150,8 @@ class Kernels {
         auto [T, K] = shape2(x, "matmul_dense");
         if (table.ndim() != 2 || table.shape(1) != K)
             throw std::invalid_argument("matmul_dense: activations do not match the table");
-        bool f16 = table.dtype().is(py::dtype("float16"));
-        py::array tab = f16 ? py::array(CArray<uint16_t>::ensure(table.attr("view")("uint16")))
-                            : py::array(CArray<float>::ensure(table));
+        bool f16 = false;
+        py::array tab = half_or_float(table, f16);
         if (!tab) throw std::invalid_argument("matmul_dense: table must be float16 or float32");
         const int64_t N = table.shape(0);
         py::array_t<float> y({T, N});
@@ -180,13 +179,9 @@ class Kernels {
 
     // the caches: float32 or float16 (both the same), used in place when contiguous
     py::array_t<float> attention(CArray<float> q, py::array k_cache, py::array v_cache, int64_t start) {
-        const bool f16 = k_cache.dtype().is(py::dtype("float16"));
-        if (f16 != v_cache.dtype().is(py::dtype("float16")))
-            throw std::invalid_argument("attention: the K and V caches must have the same dtype");
-        py::array kc = f16 ? py::array(CArray<uint16_t>::ensure(k_cache.attr("view")("uint16")))
-                           : py::array(CArray<float>::ensure(k_cache));
-        py::array vc = f16 ? py::array(CArray<uint16_t>::ensure(v_cache.attr("view")("uint16")))
-                           : py::array(CArray<float>::ensure(v_cache));
+        bool f16 = false, v16 = false;
+        py::array kc = half_or_float(k_cache, f16), vc = half_or_float(v_cache, v16);
+        if (f16 != v16) throw std::invalid_argument("attention: the K and V caches must have the same dtype");
         if (!kc || !vc) throw std::invalid_argument("attention: caches must be float32 or float16");
         if (q.ndim() != 3 || kc.ndim() != 3 || vc.ndim() != 3)
             throw std::invalid_argument("attention: q and the caches must be [T, H, D]");
@@ -231,7 +226,7 @@ class Kernels {
         float *yd = y.mutable_data();
         py::gil_scoped_release nogil;
         std::memcpy(yd, xd, sizeof(float) * static_cast<size_t>(T * H * D));
-        c_.rope(yd, T, H, D, pos, theta, neox, rot_dim);
+        c_.rope(yd, T, H, D, RopeTable(pos, T, theta, rot_dim), neox);
         return y;
     }
 

@@ -25,6 +25,12 @@ float half_bits_to_float(uint16_t h) {
     return (h & 0x8000) ? -v : v;
 }
 
+py::array half_or_float(py::array a, bool &f16) {
+    f16 = a.dtype().is(py::dtype("float16"));
+    if (f16) return CArray<uint16_t>::ensure(a.attr("view")("uint16"));
+    return CArray<float>::ensure(a);
+}
+
 // llama.cpp TQ2_0 bytes used in place (no copy): same bit layout as i2_128
 // inside 66-byte blocks. The scales follow the reference codec's rule: one
 // per row, from the blocks with a non-zero scale and a non-zero code, which
@@ -179,9 +185,8 @@ void dense_i8_fill_rows(DenseI8 &d, int64_t start, py::array block) {
         throw std::invalid_argument("dense table rows do not match the table's columns");
     const int64_t n = block.shape(0);
     if (start < 0 || start + n > d.rows) throw std::invalid_argument("dense table rows out of range");
-    const bool f16 = block.dtype().is(py::dtype("float16"));
-    py::array tab = f16 ? py::array(CArray<uint16_t>::ensure(block.attr("view")("uint16")))
-                        : py::array(CArray<float>::ensure(block));
+    bool f16 = false;
+    py::array tab = half_or_float(block, f16);
     if (!tab) throw std::invalid_argument("dense table must be float16 or float32");
     const void *src = tab.data();
     py::gil_scoped_release nogil;

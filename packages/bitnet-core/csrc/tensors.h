@@ -74,6 +74,10 @@ void dense_i8_fill_rows(DenseI8 &d, int64_t start, py::array block);
 // float16 bits -> float (exact)
 float half_bits_to_float(uint16_t h);
 
+// `a` C-contiguous as float16 bits (uint16; sets f16) or as float32 (any other
+// dtype converted); copied only where it is not so already. Null if it cannot be.
+py::array half_or_float(py::array a, bool &f16);
+
 void register_tensors(py::module_ &m);
 
 }  // namespace bitnet

@@ -12,36 +12,24 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from native_cpu import NAME_THREADS, native_provider
 
 from bitnet_core.config import BitNetConfig
 from bitnet_core.errors import ShapeError
 from bitnet_core.model import GenericBackend, KVCacheConfig, random_weights
 from bitnet_core.providers.cpu_backend import FusedCpuBackend
-from bitnet_core.providers.cpu_native import ALL_PROVIDERS
 from bitnet_core.testing.model import FILE_CONFIG, MODEL_CONFIGS
 
-PROVIDER_CLASSES = {cls.name: cls for cls in ALL_PROVIDERS}
 
-
-def _provider(name: str, threads: int, **kw):
-    prov = PROVIDER_CLASSES[name](threads=threads, **kw)
-    avail = prov.probe()
-    if not avail.available:
-        pytest.skip(f"{name}: {avail.reason}")
-    return prov
-
-
-@pytest.fixture(
-    params=[(n, t) for n in PROVIDER_CLASSES for t in (1, 2)], ids=lambda p: f"{p[0]}-t{p[1]}"
-)
+@pytest.fixture(params=NAME_THREADS, ids=lambda p: f"{p[0]}-t{p[1]}")
 def prov_args(request):
     return request.param
 
 
 def _pair(name: str, threads: int, weights, kv_dtype: str | None = None, **kw):
     opts = dict(progress=False, kv_cache=KVCacheConfig(dtype=kv_dtype))
-    fused = FusedCpuBackend(_provider(name, threads, **kw), weights, **opts)
-    generic = GenericBackend(_provider(name, threads, **kw), weights, **opts)
+    fused = FusedCpuBackend(native_provider(name, threads, **kw), weights, **opts)
+    generic = GenericBackend(native_provider(name, threads, **kw), weights, **opts)
     return fused, generic
 
 
@@ -80,7 +68,7 @@ def test_fused_int8_head_equals_generic(prov_args):
     got = fused.logits(ids)
     np.testing.assert_array_equal(got, generic.logits(ids))
     # and it is the int8 head, not the float one
-    exact = FusedCpuBackend(_provider(*prov_args), weights, progress=False).logits(ids)
+    exact = FusedCpuBackend(native_provider(*prov_args), weights, progress=False).logits(ids)
     assert not np.array_equal(got, exact)
     assert np.abs(got - exact).max() <= 0.05 * np.abs(exact).max()
 
@@ -102,7 +90,7 @@ def test_fused_long_prompt_in_sub_batches(prov_args):
 
 def test_fused_chunked_prefill(prov_args):
     weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=2)
-    prov = _provider(*prov_args)
+    prov = native_provider(*prov_args)
     whole = FusedCpuBackend(prov, weights, progress=False)
     chunked = FusedCpuBackend(prov, weights, progress=False, max_batch=4)
     ids = np.random.default_rng(0).integers(0, weights.config.vocab_size, size=23)
@@ -130,7 +118,7 @@ def test_fused_on_file_weights(prov_args, layout, tmp_path):
 
 
 def test_make_backend_and_opt_out(monkeypatch):
-    prov = _provider("cpu-scalar", 1)
+    prov = native_provider("cpu-scalar", 1)
     weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=1)
     assert isinstance(prov.make_backend(weights, progress=False), FusedCpuBackend)
     monkeypatch.setenv("BITNET_CPU_FUSED", "0")
@@ -138,7 +126,7 @@ def test_make_backend_and_opt_out(monkeypatch):
 
 
 def test_float_matmuls_take_the_generic_path():
-    prov = _provider("cpu-scalar", 1)
+    prov = native_provider("cpu-scalar", 1)
     weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=1)
     fused = FusedCpuBackend(prov, weights, progress=False, quantize_activations=False)
     generic = GenericBackend(prov, weights, progress=False, quantize_activations=False)
@@ -147,7 +135,7 @@ def test_float_matmuls_take_the_generic_path():
 
 
 def test_bad_caches_are_clear_errors():
-    prov = _provider("cpu-scalar", 1)
+    prov = native_provider("cpu-scalar", 1)
     weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=1)
     fused = FusedCpuBackend(prov, weights, progress=False)
     model = fused._model

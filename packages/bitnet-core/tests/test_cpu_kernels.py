@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from native_cpu import NAME_THREADS, PROVIDER_CLASSES, native_provider
 
 from bitnet_core.errors import ConfigError, ShapeError, UnsupportedOperationError
 from bitnet_core.hal.weights import TernaryWeight
@@ -17,22 +18,11 @@ from bitnet_core.providers.cpu_native import ALL_PROVIDERS, LAYOUTS, NativeCpuPr
 from bitnet_core.providers.reference import ReferenceProvider
 
 REF = ReferenceProvider()
-PROVIDER_CLASSES = {cls.name: cls for cls in ALL_PROVIDERS}
 
 
-def _provider(name: str, threads: int, **kw) -> NativeCpuProvider:
-    prov = PROVIDER_CLASSES[name](threads=threads, **kw)
-    avail = prov.probe()
-    if not avail.available:
-        pytest.skip(f"{name}: {avail.reason}")
-    return prov
-
-
-@pytest.fixture(
-    params=[(n, t) for n in PROVIDER_CLASSES for t in (1, 2)], ids=lambda p: f"{p[0]}-t{p[1]}"
-)
+@pytest.fixture(params=NAME_THREADS, ids=lambda p: f"{p[0]}-t{p[1]}")
 def prov(request) -> NativeCpuProvider:
-    return _provider(*request.param)
+    return native_provider(*request.param)
 
 
 def _ternary(rng, n: int, k: int) -> TernaryWeight:

@@ -12,26 +12,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from native_cpu import available_providers
 
 from bitnet_core.errors import ConfigError
 from bitnet_core.model import KVCache, KVCacheConfig, demo_model_path, load
 from bitnet_core.model.backend import resolve_kv_dtype
-from bitnet_core.providers.cpu_native import ALL_PROVIDERS
 from bitnet_core.providers.reference import ReferenceProvider
 
 HELD_OUT = Path(__file__).parent / "data" / "shakespeare_heldout.txt"
 
 
-def _available():
-    out = []
-    for cls in ALL_PROVIDERS:
-        prov = cls(threads=2)
-        if prov.probe().available:
-            out.append(prov)
-    return out
-
-
-@pytest.mark.parametrize("prov", _available(), ids=lambda p: p.name)
+@pytest.mark.parametrize("prov", available_providers(), ids=lambda p: p.name)
 def test_native_to_f16_rounds_like_numpy(prov):
     """The kernel's float16 conversion (used by the fused kv store) equals numpy's astype."""
     rng = np.random.default_rng(0)
@@ -66,7 +57,7 @@ def test_kv_dtype_config_and_resolution():
     assert resolve_kv_dtype(Float32Only(), None) == np.float32
     with pytest.raises(ConfigError, match="gpu-x keeps its KV cache in float32"):
         resolve_kv_dtype(Float32Only(), KVCacheConfig(dtype="f16"))
-    for prov in _available():
+    for prov in available_providers():
         assert resolve_kv_dtype(prov, None) == np.float16
 
 
@@ -99,7 +90,7 @@ def test_lazy_cache_grows_in_place():
 def test_demo_model_float16_cache_close_to_float32():
     """On the trained demo model float16 K/V move the logits by well under 1 %."""
     path = demo_model_path()
-    provs = _available()
+    provs = available_providers()
     if path is None or not provs:
         pytest.skip("no demo model or no native CPU provider")
     name = provs[0].name
