@@ -206,9 +206,15 @@ class CpuModel {
         return arr.mutable_data();  // raises if read-only
     }
 
+    // 64-byte aligned: from a std::vector (16-byte aligned) half the 32-byte
+    // loads of the int8 activations split a cache line, and prefill GEMMs ran
+    // at ~70% of the speed they reach on aligned activations
     float *scratch(size_t floats) {
-        if (scratch_.size() < floats) scratch_.assign(floats, 0.0f);
-        return scratch_.data();
+        if (scratch_floats_ < floats) {
+            scratch_ = aligned_buffer(floats * sizeof(float));
+            scratch_floats_ = floats;
+        }
+        return reinterpret_cast<float *>(scratch_.get());
     }
 
     // T tokens at `start`; then, if `head`, the logits of every token (all_logits) or of the last
@@ -223,7 +229,7 @@ class CpuModel {
         float *a = vb + T * KV, *o = a + T * Q, *g = o + T * H, *u = g + T * F;
         float *xs = u + T * F;
         int32_t *sum = reinterpret_cast<int32_t *>(xs + T);
-        int8_t *xq = reinterpret_cast<int8_t *>(sum + T);
+        int8_t *xq = reinterpret_cast<int8_t *>((reinterpret_cast<uintptr_t>(sum + T) + 63) & ~uintptr_t{63});
         std::vector<int64_t> pos(T);
         for (int64_t t = 0; t < T; ++t) pos[t] = start + t;
         const RopeTable rope(pos.data(), T, theta_, rot_dim_);  // the angles of every layer
@@ -283,7 +289,8 @@ class CpuModel {
     const float *output_norm_ = nullptr;
     std::vector<Layer> layers_;
     std::vector<std::shared_ptr<TernaryMatrix>> matrices_;
-    std::vector<float> scratch_;
+    Buffer scratch_;
+    size_t scratch_floats_ = 0;
     std::mutex mu_;
 };
 

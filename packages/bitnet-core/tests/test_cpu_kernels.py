@@ -41,6 +41,8 @@ MATMUL_SHAPES = [
     (9, 1000, 65),
     (1, 1536, 300),
     (3, 2560, 97),
+    (8, 2560, 40),  # prefill tiles of 8 tokens; K past the 16 blocks summed in int16
+    (17, 4099, 19),
 ]
 
 
@@ -85,7 +87,7 @@ def _tq2_weight(rng, n: int, k: int) -> TernaryWeight:
     return TernaryWeight("w", n, k, "tq2_0", raw, codec)
 
 
-@pytest.mark.parametrize("shape", [(1, 256, 1), (3, 512, 7), (1, 1536, 33), (6, 768, 130)], ids=str)
+@pytest.mark.parametrize("shape", [(1, 256, 1), (3, 512, 7), (1, 1536, 33), (6, 768, 130), (11, 4352, 9)], ids=str)
 def test_tq2_0_used_in_place(prov, shape):
     t, k, n = shape
     rng = np.random.default_rng(k + n)
@@ -99,6 +101,20 @@ def test_tq2_0_used_in_place(prov, shape):
     xq, xs = REF.quantize_act(x)
     np.testing.assert_array_equal(prov.matmul_i2s(xq, xs, nat_w), REF.matmul_i2s(xq, xs, ref_w))
     np.testing.assert_array_equal(prov.linear(x, nat_w), REF.linear(x, ref_w))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("code,xval", [(1, 127), (1, -128), (-1, 127), (-1, -128), (0, -128)])
+def test_matmul_i2s_extreme_sums(prov, layout, code, xval):
+    """Every product at its largest magnitude: the kernels' int16 partial sums must not wrap."""
+    t, k, n = 9, 4096, 5
+    prov._layout = layout
+    w = TernaryWeight.from_codes(np.full((n, k), code, np.int8), np.ones(n, np.float32), "w")
+    xq = np.full((t, k), xval, np.int8)
+    xs = np.ones(t, np.float32)
+    got = prov.matmul_i2s(xq, xs, prov.load_ternary(w))
+    np.testing.assert_array_equal(got, REF.matmul_i2s(xq, xs, REF.load_ternary(w)))
+    np.testing.assert_array_equal(got, np.full((t, n), float(code * xval * k), np.float32))
 
 
 def test_tq2_0_unusual_blocks_go_through_the_codec(prov):
