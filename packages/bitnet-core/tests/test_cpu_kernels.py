@@ -87,7 +87,9 @@ def _tq2_weight(rng, n: int, k: int) -> TernaryWeight:
     return TernaryWeight("w", n, k, "tq2_0", raw, codec)
 
 
-@pytest.mark.parametrize("shape", [(1, 256, 1), (3, 512, 7), (1, 1536, 33), (6, 768, 130), (11, 4352, 9)], ids=str)
+@pytest.mark.parametrize(
+    "shape", [(1, 256, 1), (3, 512, 7), (1, 1536, 33), (6, 768, 130), (11, 4352, 9)], ids=str
+)
 def test_tq2_0_used_in_place(prov, shape):
     t, k, n = shape
     rng = np.random.default_rng(k + n)
