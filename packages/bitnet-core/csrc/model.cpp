@@ -206,9 +206,9 @@ class CpuModel {
         return arr.mutable_data();  // raises if read-only
     }
 
-    // 64-byte aligned: from a std::vector (16-byte aligned) half the 32-byte
-    // loads of the int8 activations split a cache line, and prefill GEMMs ran
-    // at ~70% of the speed they reach on aligned activations
+    // 64-byte aligned: from a std::vector (16 mod 64 for large blocks) half the
+    // 32-byte loads of the int8 activations split a cache line, and the 8-token
+    // prefill GEMM ran at 73 GMAC/s per thread instead of 93 (see CPU_KERNELS.md)
     float *scratch(size_t floats) {
         if (scratch_floats_ < floats) {
             scratch_ = aligned_buffer(floats * sizeof(float));
