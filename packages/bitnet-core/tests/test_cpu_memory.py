@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import numpy as np
@@ -73,3 +74,32 @@ def test_int8_head_lets_the_float16_table_go(gguf, monkeypatch):
     np.testing.assert_array_equal(got, m.backend.logits(ids))
     assert not np.array_equal(got, exact)
     assert np.abs(got - exact).max() <= 0.05 * np.abs(exact).max()
+
+
+@linux
+def test_embedding_pages_let_go_when_only_gathered(gguf, monkeypatch):
+    """With the int8 head the float16 table is only gathered from, a row per token:
+    its pages are let go after each forward pass, so running over the whole
+    vocabulary does not make the 8 MB table resident (fault-around maps 16 pages
+    around every row read)."""
+    monkeypatch.setenv("BITNET_CPU_INT8_HEAD", "1")
+    m = load(gguf, _native_name(), progress=False)
+    m.backend.logits([1, 2, 3])  # warm-up: scratch, caches
+    base = _rss()
+    for k in range(8):  # 512 ids, 16 rows apart: every 64 KB of the table
+        m.backend.logits(np.arange(k * 64, (k + 1) * 64) * 16)
+    assert _rss() - base < 3e6, (_rss() - base) / 1e6
+
+
+def test_no_progress_bar_no_tqdm_import(gguf):
+    """Loading with stderr not a terminal shows no bar and does not import tqdm.auto
+    (with asyncio and ssl: several MB of RSS and ~50 ms for nothing)."""
+    code = (
+        "import sys, bitnet_core; "
+        f"bitnet_core.load({str(gguf)!r}, 'cpu'); "
+        "print('tqdm.auto' in sys.modules, 'asyncio' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split() == ["False", "False"], out

@@ -10,6 +10,7 @@ provider, once: ``load_ternary`` for ternary weights, ``to_device`` for the rest
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,10 +200,17 @@ class _NoBar:
         pass
 
 
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stream
+        return False
+
+
 def _progress(total: int, enabled: bool | None, desc: str) -> Any:
     """A tqdm bar on stderr (``enabled=None``: only when stderr is a terminal)."""
-    if enabled is False:
-        return _NoBar()
+    if enabled is False or (enabled is None and not _stderr_is_terminal()):
+        return _NoBar()  # (tqdm.auto, with asyncio and ssl, is only imported for a bar)
     try:
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover - tqdm is a dependency

@@ -23,6 +23,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..model.backend import GenericBackend
 from ..model.kv_cache import Sequence
+from .cpu_native import release_file_pages
 
 _OFF = ("0", "false", "no", "off")
 
@@ -37,11 +38,18 @@ class FusedCpuBackend(GenericBackend):
 
     def __init__(self, provider: Any, weights: Any, **opts: Any) -> None:
         super().__init__(provider, weights, **opts)
+        self._gather_only = False
         self._model = self._build() if self.quantize_activations else None
 
     def _build(self) -> Any:
         p, cfg, w = self._provider, self.config, self.weights
         head = p.head_table(w.head)
+        # the embedding table is only gathered from (the head reads another table, or
+        # an int8 copy): its file pages are let go after each forward pass, or the
+        # kernel's fault-around (16 pages per row read) makes it all resident in time
+        self._gather_only = not (
+            isinstance(head, np.ndarray) and np.may_share_memory(head, w.embedding)
+        )
         layers = [
             (
                 lw.attn_norm,
@@ -91,4 +99,6 @@ class FusedCpuBackend(GenericBackend):
         except ValueError as exc:
             raise ShapeError(f"{self._provider.name}: {exc}") from None
         cache.advance(t)
+        if self._gather_only:
+            release_file_pages(self.weights.embedding)
         return logits if all_logits else logits[-1]
