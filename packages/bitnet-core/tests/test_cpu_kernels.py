@@ -107,9 +107,10 @@ def test_tq2_0_used_in_place(prov, shape):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("code,xval", [(1, 127), (1, -128), (-1, 127), (-1, -128), (0, -128)])
-def test_matmul_i2s_extreme_sums(prov, layout, code, xval):
+@pytest.mark.parametrize("t", [1, 9])  # decode GEMV, prefill tiles
+def test_matmul_i2s_extreme_sums(prov, layout, code, xval, t):
     """Every product at its largest magnitude: the kernels' int16 partial sums must not wrap."""
-    t, k, n = 9, 4096, 5
+    k, n = 4096, 5
     prov._layout = layout
     w = TernaryWeight.from_codes(np.full((n, k), code, np.int8), np.ones(n, np.float32), "w")
     xq = np.full((t, k), xval, np.int8)
