@@ -194,6 +194,19 @@ def test_matmul_dense_int8_head(prov, shape):
     assert len(prov._i8_tables) == 1
 
 
+@pytest.mark.parametrize("shape", [(1, 1536, 131), (1, 64, 9), (5, 96, 130)])
+def test_matmul_dense_int8_head_equals_scalar(prov, shape):
+    """Every instruction set's int8 head computes the scalar kernel's numbers bit for
+    bit (same integer sums, same float64 finish): 4-row tiles and the rows after them."""
+    t, k, n = shape
+    rng = np.random.default_rng(n)
+    table = rng.standard_normal((n, k)).astype(np.float16)
+    x = rng.standard_normal((t, k)).astype(np.float32)
+    scalar = native_provider("cpu-scalar", 1)
+    prov._int8_head = scalar._int8_head = True
+    np.testing.assert_array_equal(prov.matmul_dense(x, table), scalar.matmul_dense(x, table))
+
+
 @pytest.mark.parametrize("shape", [(1, 1), (3, 7), (5, 1536), (2, 2561)])
 def test_rmsnorm(prov, shape):
     rng = np.random.default_rng(shape[1])
