@@ -20,6 +20,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
 #include "compute.h"
 #include "native.h"
 #include "tensors.h"
@@ -52,13 +56,29 @@ struct Table {
         return t;
     }
 
+    // where the table's bytes are in a file, when its rows are read with pread (see
+    // CpuModel::read_embedding_from); fd < 0: through the pointer
+    int fd = -1;
+    int64_t file_offset = 0;
+
     // row r as float32 (float16 -> float32 is exact, as numpy's astype)
     void row(int64_t r, float *out) const {
+        const size_t elem = f16 ? 2 : 4, bytes = elem * static_cast<size_t>(cols);
+        const void *src = static_cast<const char *>(ptr) + r * bytes;
+        std::vector<char> buf;
+#if defined(__unix__) || defined(__APPLE__)
+        if (fd >= 0) {
+            buf.resize(bytes);
+            const off_t at = static_cast<off_t>(file_offset + r * static_cast<int64_t>(bytes));
+            if (pread(fd, buf.data(), bytes, at) == static_cast<ssize_t>(bytes)) src = buf.data();
+            // else (a short read, an error): the mapping still holds the same bytes
+        }
+#endif
         if (f16) {
-            const uint16_t *h = static_cast<const uint16_t *>(ptr) + r * cols;
+            const uint16_t *h = static_cast<const uint16_t *>(src);
             for (int64_t c = 0; c < cols; ++c) out[c] = half_bits_to_float(h[c]);
         } else {
-            std::memcpy(out, static_cast<const float *>(ptr) + r * cols, sizeof(float) * cols);
+            std::memcpy(out, src, bytes);
         }
     }
 };
@@ -121,6 +141,24 @@ class CpuModel {
             kp_f_ = std::max(kp_f_, l.down->kp);
         }
         kp_head_ = head_i8_ ? head_i8_->stride : 0;
+    }
+
+    // Read embedding rows from file descriptor `fd` (the table's bytes at `offset`)
+    // instead of through the mapping: when nothing else reads the table (an int8
+    // or untied head), a row read through the mapping maps its whole page-cache
+    // folio (up to 2 MB on ext4), so a prompt of random ids made much of the
+    // table resident. The caller keeps the file open. False where there is no pread.
+    bool read_embedding_from(int fd, int64_t offset) {
+#if defined(__unix__) || defined(__APPLE__)
+        std::lock_guard<std::mutex> lock(mu_);
+        embedding_.fd = fd;
+        embedding_.file_offset = offset;
+        return true;
+#else
+        (void)fd;
+        (void)offset;
+        return false;
+#endif
     }
 
     int64_t vocab() const { return vocab_; }
@@ -306,6 +344,8 @@ void register_model(py::module_ &m) {
              py::arg("rot_dim"), py::arg("rope_theta"), py::arg("rope_style"), py::arg("eps"),
              py::arg("ffn_activation"), py::arg("embedding"), py::arg("head"), py::arg("output_norm"),
              py::arg("layers"))
+        .def("read_embedding_from", &CpuModel::read_embedding_from, py::arg("fd"), py::arg("offset"),
+             "Read embedding rows with pread from `fd` (the table at byte `offset`); the caller keeps it open.")
         .def_property_readonly("vocab", &CpuModel::vocab)
         .def_property_readonly("num_layers", &CpuModel::num_layers)
         .def("forward", &CpuModel::forward, py::arg("ids"), py::arg("k_caches"), py::arg("v_caches"),

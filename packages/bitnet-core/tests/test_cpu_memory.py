@@ -77,18 +77,34 @@ def test_int8_head_lets_the_float16_table_go(gguf, monkeypatch):
 
 
 @linux
-def test_embedding_pages_let_go_when_only_gathered(gguf, monkeypatch):
+@pytest.mark.parametrize("pread", [True, False], ids=["pread", "release"])
+def test_embedding_rows_stay_out_of_rss_when_only_gathered(gguf, monkeypatch, pread):
     """With the int8 head the float16 table is only gathered from, a row per token:
-    its pages are let go after each forward pass, so running over the whole
-    vocabulary does not make the 8 MB table resident (fault-around maps 16 pages
-    around every row read)."""
+    its rows are read from the file with pread (or, where that cannot be set up,
+    its pages are let go after each forward pass), so running over the whole
+    vocabulary does not make the 8 MB table resident (a row read through the
+    mapping maps 64 KB to 2 MB around it), and the logits are the same."""
+    from bitnet_core.providers import cpu_backend
+
     monkeypatch.setenv("BITNET_CPU_INT8_HEAD", "1")
+    if not pread:
+        monkeypatch.setattr(cpu_backend, "_open_rows_source", lambda model, table: None)
     m = load(gguf, _native_name(), progress=False)
+    assert (m.backend._embedding_file is not None) == pread
     m.backend.logits([1, 2, 3])  # warm-up: scratch, caches
     base = _rss()
-    for k in range(8):  # 512 ids, 16 rows apart: every 64 KB of the table
-        m.backend.logits(np.arange(k * 64, (k + 1) * 64) * 16)
+    # (kept: a corner of each result, not 2 MB of logits that would count in the RSS)
+    got = [m.backend.logits(np.arange(k * 64, (k + 1) * 64) * 16)[:, :64].copy() for k in range(8)]
+    # 512 ids, 16 rows apart: every 64 KB of the table
     assert _rss() - base < 3e6, (_rss() - base) / 1e6
+    monkeypatch.undo()
+    monkeypatch.setenv("BITNET_CPU_INT8_HEAD", "1")
+    if pread:  # the same numbers as rows read through the mapping
+        m.backend._model.read_embedding_from(-1, 0)
+        for k in (0, 7):
+            np.testing.assert_array_equal(
+                m.backend.logits(np.arange(k * 64, (k + 1) * 64) * 16)[:, :64], got[k]
+            )
 
 
 def test_no_progress_bar_no_tqdm_import(gguf):

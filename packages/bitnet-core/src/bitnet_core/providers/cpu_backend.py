@@ -16,14 +16,14 @@ quantization and thread hand-off for each of q/k/v and gate/up.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 from ..errors import ShapeError
 from ..model.backend import GenericBackend
 from ..model.kv_cache import Sequence
-from .cpu_native import release_file_pages
+from .cpu_native import file_extent, release_file_pages
 
 _OFF = ("0", "false", "no", "off")
 
@@ -39,14 +39,16 @@ class FusedCpuBackend(GenericBackend):
     def __init__(self, provider: Any, weights: Any, **opts: Any) -> None:
         super().__init__(provider, weights, **opts)
         self._gather_only = False
+        self._embedding_file: BinaryIO | None = None  # embedding rows read with pread
         self._model = self._build() if self.quantize_activations else None
 
     def _build(self) -> Any:
         p, cfg, w = self._provider, self.config, self.weights
         head = p.head_table(w.head)
         # the embedding table is only gathered from (the head reads another table, or
-        # an int8 copy): its file pages are let go after each forward pass, or the
-        # kernel's fault-around (16 pages per row read) makes it all resident in time
+        # an int8 copy): its rows are read from the file (pread) instead of the mapping,
+        # where a row read maps its whole page-cache folio (up to 2 MB on ext4), or
+        # else its file pages are let go after each forward pass
         self._gather_only = not (
             isinstance(head, np.ndarray) and np.may_share_memory(head, w.embedding)
         )
@@ -67,7 +69,7 @@ class FusedCpuBackend(GenericBackend):
             for lw in w.layers
         ]
         try:
-            return p.native_module().CpuModel(
+            model = p.native_module().CpuModel(
                 p.isa,
                 hidden=cfg.hidden_size,
                 heads=cfg.num_heads,
@@ -85,6 +87,10 @@ class FusedCpuBackend(GenericBackend):
             )
         except (ValueError, TypeError) as exc:
             raise ShapeError(f"{p.name}: cannot build the fused model: {exc}") from None
+        if self._gather_only:
+            self._embedding_file = _open_rows_source(model, w.embedding)
+            release_file_pages(w.embedding)
+        return model
 
     def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
         if self._model is None:
@@ -99,6 +105,27 @@ class FusedCpuBackend(GenericBackend):
         except ValueError as exc:
             raise ShapeError(f"{self._provider.name}: {exc}") from None
         cache.advance(t)
-        if self._gather_only:
+        if self._gather_only and self._embedding_file is None:
             release_file_pages(self.weights.embedding)
         return logits if all_logits else logits[-1]
+
+
+def _open_rows_source(model: Any, table: np.ndarray) -> BinaryIO | None:
+    """Have ``model`` read ``table``'s rows from its file with pread (the file, kept
+    open, is returned), if ``table`` is a view of a file whose bytes there are still
+    the mapping's (checked on the first row); else None."""
+    extent = file_extent(table)
+    if extent is None or not table.size or not hasattr(os, "pread"):
+        return None
+    path, offset = extent
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - kept open for the model's lifetime
+    except OSError:
+        return None
+    row = table[0].tobytes()
+    if os.pread(f.fileno(), len(row), offset) != row or not model.read_embedding_from(
+        f.fileno(), offset
+    ):
+        f.close()  # the file changed under the mapping, or no pread here
+        return None
+    return f

@@ -98,6 +98,28 @@ def release_file_pages(arr: np.ndarray) -> bool:
     return True
 
 
+def file_extent(arr: np.ndarray) -> tuple[str, int] | None:
+    """(file path, byte offset) of ``arr`` if it is a C-contiguous view of a
+    ``numpy.memmap`` of a file, else None."""
+    import mmap
+
+    if not arr.flags.c_contiguous:
+        return None
+    base: Any = arr
+    memmap = None
+    while base is not None and not isinstance(base, mmap.mmap):
+        if memmap is None and isinstance(base, np.memmap) and getattr(base, "filename", None):
+            memmap = base
+        base = getattr(base, "base", None)
+    if base is None or memmap is None:
+        return None
+    start = memmap.offset - memmap.offset % mmap.ALLOCATIONGRANULARITY  # the map's first byte
+    offset = arr.ctypes.data - np.frombuffer(base, dtype=np.uint8).ctypes.data
+    if not 0 <= offset <= len(base) - arr.nbytes:
+        return None
+    return str(memmap.filename), start + offset
+
+
 def _f32(x: Any) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
