@@ -219,7 +219,7 @@ def _progress(total: int, enabled: bool | None, desc: str) -> Any:
         total=total,
         desc=desc,
         unit="tensor",
-        disable=None if enabled is None else False,
+        disable=False,  # (enabled, or None with stderr a terminal: checked above)
         leave=False,
     )
 

@@ -70,6 +70,23 @@ def layout_from_env() -> str:
     return layout
 
 
+def _mapping_of(arr: np.ndarray) -> tuple[Any, Any, int] | None:
+    """(the ``mmap.mmap`` under ``arr``, the first ``numpy.memmap`` with a file name on
+    the way down or None, ``arr``'s byte offset in the mapping), or None if ``arr`` is
+    not a view of a mapping."""
+    import mmap
+
+    base: Any = arr
+    memmap = None
+    while base is not None and not isinstance(base, mmap.mmap):
+        if memmap is None and isinstance(base, np.memmap) and getattr(base, "filename", None):
+            memmap = base
+        base = getattr(base, "base", None)
+    if base is None:
+        return None
+    return base, memmap, arr.ctypes.data - np.frombuffer(base, dtype=np.uint8).ctypes.data
+
+
 def release_file_pages(arr: np.ndarray) -> bool:
     """Drop the resident pages of ``arr`` if it is a read-only view of a file mapping.
 
@@ -80,13 +97,11 @@ def release_file_pages(arr: np.ndarray) -> bool:
     """
     import mmap
 
-    base: Any = arr
-    while base is not None and not isinstance(base, mmap.mmap):
-        base = getattr(base, "base", None)
-    if base is None or arr.flags.writeable or not hasattr(base, "madvise"):
+    found = _mapping_of(arr)
+    if found is None or arr.flags.writeable or not hasattr(found[0], "madvise"):
         return False
+    base, _, offset = found
     page = mmap.PAGESIZE
-    offset = arr.ctypes.data - np.frombuffer(base, dtype=np.uint8).ctypes.data
     start = -(-offset // page) * page
     end = (offset + arr.nbytes) // page * page
     if not 0 <= start < end <= len(base):
@@ -103,20 +118,13 @@ def file_extent(arr: np.ndarray) -> tuple[str, int] | None:
     ``numpy.memmap`` of a file, else None."""
     import mmap
 
-    if not arr.flags.c_contiguous:
+    found = _mapping_of(arr) if arr.flags.c_contiguous else None
+    if found is None or found[1] is None:
         return None
-    base: Any = arr
-    memmap = None
-    while base is not None and not isinstance(base, mmap.mmap):
-        if memmap is None and isinstance(base, np.memmap) and getattr(base, "filename", None):
-            memmap = base
-        base = getattr(base, "base", None)
-    if base is None or memmap is None:
-        return None
-    start = memmap.offset - memmap.offset % mmap.ALLOCATIONGRANULARITY  # the map's first byte
-    offset = arr.ctypes.data - np.frombuffer(base, dtype=np.uint8).ctypes.data
+    base, memmap, offset = found
     if not 0 <= offset <= len(base) - arr.nbytes:
         return None
+    start = memmap.offset - memmap.offset % mmap.ALLOCATIONGRANULARITY  # the map's first byte
     return str(memmap.filename), start + offset
 
 
