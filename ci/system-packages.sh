@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! PKGS_LINE="$(python3 ci/matrix.py system-packages --ci 2>/dev/null)"; then
   # python3 without tomllib (3.10 without tomli): the same list, by hand
-  PKGS_LINE="pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo mesa-vulkan-drivers libvulkan1 vulkan-tools glslang-tools spirv-tools"
+  PKGS_LINE="chromium chromium-driver pocl-opencl-icd ocl-icd-libopencl1 ocl-icd-opencl-dev clinfo clang-15 mesa-vulkan-drivers libvulkan1 vulkan-tools glslang-tools spirv-tools g++-aarch64-linux-gnu qemu-user-static"
 fi
 read -r -a PKGS <<<"$PKGS_LINE"
 missing=()

@@ -1,11 +1,13 @@
 // CPU feature detection, read at run time so one wheel picks the best kernels
 // on every machine. x86: cpuid + the OS's saved-state check (via GCC/Clang's
-// __builtin_cpu_supports, which consults xgetbv); arm64: NEON is baseline.
+// __builtin_cpu_supports, which consults xgetbv); arm64: NEON is baseline,
+// SDOT from HWCAP (kernels_neon.cpp).
 #include <pybind11/stl.h>
 
 #include <map>
 #include <string>
 
+#include "kernels.h"
 #include "native.h"
 
 namespace py = pybind11;
@@ -33,11 +35,7 @@ std::map<std::string, bool> cpu_features() {
     f["neon"] = false;
 #elif defined(__aarch64__)
     f["neon"] = true;
-#if defined(__ARM_FEATURE_DOTPROD)
-    f["dotprod"] = true;
-#else
-    f["dotprod"] = false;
-#endif
+    f["dotprod"] = cpu_has_dotprod();  // SDOT: picks the +dotprod NEON table
 #endif
     return f;
 }

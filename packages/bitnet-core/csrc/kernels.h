@@ -1,7 +1,7 @@
 // The SIMD kernel tables of the CPU providers.
 //
 // Each instruction set has its own translation unit (kernels_scalar.cpp,
-// kernels_avx2.cpp, kernels_avx512.cpp, kernels_neon.cpp) that includes
+// kernels_avx2.cpp, kernels_avx512.cpp, kernels_neon.cpp, kernels_neon_dotprod.cpp) that includes
 // kernels_impl.inc under its own -m flags and returns a KernelTable. Every
 // kernel works on a range of rows / items so that the caller (ops.cpp) can
 // split it over the thread pool; kernels never allocate Python objects and
@@ -106,6 +106,10 @@ struct KernelTable {
 const KernelTable *kernels_scalar();
 const KernelTable *kernels_avx2();    // nullptr where not compiled in
 const KernelTable *kernels_avx512();  // nullptr where not compiled in
-const KernelTable *kernels_neon();    // nullptr where not compiled in
+// arm64: the +dotprod (SDOT) build where the CPU has it, else baseline NEON;
+// nullptr where not compiled in
+const KernelTable *kernels_neon();
+const KernelTable *kernels_neon_dotprod();  // the +dotprod build alone (nullptr where not compiled in)
+bool cpu_has_dotprod();                     // arm64 SDOT, checked at run time; false elsewhere
 
 }  // namespace bitnet
