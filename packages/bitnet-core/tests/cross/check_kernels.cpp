@@ -205,7 +205,8 @@ void check_dense(const KernelTable *k, const KernelTable *ref) {
 
 void check_attention(const KernelTable *k, const KernelTable *ref) {
     struct Shape { int64_t T, Hq, Hkv, D, start; };
-    const Shape shapes[] = {{1, 4, 2, 8, 0}, {1, 6, 2, 13, 40}, {3, 4, 4, 16, 5}, {5, 8, 2, 24, 70}, {1, 2, 1, 64, 100}};
+    const Shape shapes[] = {{1, 4, 2, 8, 0},    {1, 6, 2, 13, 40},   {3, 4, 4, 16, 5},  {5, 8, 2, 24, 70},
+                            {1, 2, 1, 64, 100}, {2, 8, 2, 128, 33}, {1, 8, 4, 80, 200}};
     for (const Shape &s : shapes)
         for (int f16 = 0; f16 < 2; ++f16) {
             const int64_t S = s.start + s.T;
