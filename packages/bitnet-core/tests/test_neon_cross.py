@@ -13,6 +13,7 @@ tests skip with the reason. Correctness only: emulated speed means nothing.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sysconfig
@@ -30,13 +31,19 @@ CHECK = HERE / "cross" / "check_kernels.cpp"
 CXX = os.environ.get("BITNET_CROSS_CXX", "aarch64-linux-gnu-g++")
 QEMU = next((q for q in ("qemu-aarch64-static", "qemu-aarch64") if shutil.which(q)), None)
 
-# as the wheel builds them (CMakeLists.txt, csrc/simd_flags.cmake)
+# as the wheel builds them: CMakeLists.txt's -O3, and the per-file flags of
+# csrc/simd_flags.cmake's arm64 block, read from it (one place for them)
 FLAGS = ["-std=gnu++17", "-O3", "-I", str(CSRC)]
-SOURCES = {
-    "kernels_scalar.cpp": [],
-    "kernels_neon.cpp": [],
-    "kernels_neon_dotprod.cpp": ["-march=armv8.2-a+dotprod"],
-}
+
+
+def _arm64_file_flags() -> dict[str, list[str]]:
+    text = (CSRC / "simd_flags.cmake").read_text()
+    arm = text[text.index("aarch64") :]
+    found = re.findall(r"csrc/(\S+\.cpp)\s+PROPERTIES COMPILE_OPTIONS \"([^\"]*)\"", arm)
+    return {name: opts.split(";") for name, opts in found}
+
+
+SOURCES = {"kernels_scalar.cpp": [], "kernels_neon.cpp": [], **_arm64_file_flags()}
 
 
 def _missing_tools() -> str | None:
