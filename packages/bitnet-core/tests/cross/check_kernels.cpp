@@ -67,7 +67,6 @@ struct Ternary {
     std::vector<int8_t> xq;
     std::vector<int32_t> xsum;
     std::vector<float> wscale, xs;
-    TernaryArgs a{};
 };
 
 // random activations (or the extreme -128 / 127 everywhere) for T tokens of kp
