@@ -15,6 +15,7 @@ from .._version import __version__
 from ..errors import ShapeError, UnsupportedOperationError
 from ..hal.provider import PRIORITIES, Availability, RopeStyle
 from ..hal.weights import TernaryWeight
+from .host_memory import lazy_zeros
 
 ACT_QMAX = 127.0
 ACT_EPS = 1e-5
@@ -55,7 +56,7 @@ class ReferenceProvider:
     priority = PRIORITIES["cpu-reference"]
     #: KV cache dtypes kv_store/attention accept, preferred first (the spec: float32)
     kv_dtypes = ("float32", "float16")
-    #: host memory from ``empty`` (np.zeros) is committed only where it is written
+    #: host memory from ``empty`` (``lazy_zeros``) is committed only where it is written
     commits_on_touch = True
 
     def probe(self, explicit: bool = False) -> Availability:
@@ -69,7 +70,7 @@ class ReferenceProvider:
         return np.asarray(array)
 
     def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
-        return np.zeros(shape, dtype=dtype)
+        return lazy_zeros(shape, dtype)
 
     def reshape(self, array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         try:
