@@ -6,7 +6,7 @@ arrays of 4 MiB and more with transparent huge pages
 written a few rows per layer then commits a whole 2 MiB page per layer for
 each first write, and whether it does depends on the kernel finding free
 huge pages: the same run measured 358 or 448 MB of peak RSS. Large arrays
-here come from an anonymous ``mmap`` advised ``MADV_NOHUGEPAGE``: zeroed,
+here come from a private anonymous ``mmap`` advised ``MADV_NOHUGEPAGE``: zeroed,
 and resident only in the 4 KiB pages that are written.
 """
 
@@ -28,7 +28,10 @@ def lazy_zeros(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
     nbytes = math.prod(shape) * dt.itemsize
     if nbytes < HUGEPAGE_ADVICE_BYTES:
         return np.zeros(shape, dtype=dt)
-    buf = mmap.mmap(-1, nbytes)
+    if hasattr(mmap, "MAP_ANONYMOUS"):  # POSIX: private, not the default shared mapping
+        buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    else:
+        buf = mmap.mmap(-1, nbytes)
     if hasattr(mmap, "MADV_NOHUGEPAGE"):  # Linux; elsewhere there is no such advice to undo
         buf.madvise(mmap.MADV_NOHUGEPAGE)
     return np.frombuffer(buf, dtype=dt).reshape(shape)
