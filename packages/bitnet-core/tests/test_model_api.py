@@ -158,3 +158,31 @@ def test_session_reuses_the_cached_prefix(model):
     assert model.last_stats.cached_tokens == 4  # <bos> H e l
     assert x == model.generate_ids(diverged, max_tokens=3, temperature=0)
     sess.close()
+
+
+def test_load_reads_the_file_while_gpus_are_probed_and_still_reports_the_device_first(
+    tmp_path, monkeypatch
+):
+    """auto/gpu probe GPU runtimes in a child process while load() reads the GGUF header
+    and tokenizer: an unmet request is still the error raised, before the file's."""
+    from bitnet_core.errors import DeviceUnavailableError
+    from bitnet_core.hal import select
+    from bitnet_core.model import load
+
+    monkeypatch.delenv("BITNET_GPU_FAKE", raising=False)
+    monkeypatch.delenv("BITNET_DEVICE", raising=False)
+    REGISTRY.refresh()
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 7)  # truncated header
+    with pytest.raises(ModelFileError):
+        load(bad, "auto")
+    try:
+        select("gpu")
+        pytest.skip("a GPU is available here: the gpu request is met")
+    except DeviceUnavailableError:
+        pass
+    REGISTRY.refresh()
+    with pytest.raises(DeviceUnavailableError):
+        load(bad, "gpu")
+    with pytest.raises(DeviceUnavailableError):
+        load(tmp_path / "missing.gguf", "gpu")

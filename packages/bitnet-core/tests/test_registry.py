@@ -6,6 +6,7 @@ import logging
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -19,6 +20,9 @@ from bitnet_core.hal import BackendRequest, list_providers, select
 
 PLUGIN_MODULE = textwrap.dedent(
     """
+    import os
+    import time
+
     from bitnet_core.providers.reference import ReferenceProvider
     from bitnet_core.hal.provider import Availability
 
@@ -41,6 +45,9 @@ PLUGIN_MODULE = textwrap.dedent(
         priority = 41
 
         def probe(self, explicit=False):
+            PROBES.append((self.name, explicit))
+            if os.environ.get("BITNET_TEST_STUCK_PROBE"):
+                time.sleep(60)  # a driver that never answers
             return Availability.no("no Vulkan device with a compute queue")
 
     class ProbeRaises(ReferenceProvider):
@@ -50,6 +57,7 @@ PLUGIN_MODULE = textwrap.dedent(
         priority = 51
 
         def probe(self, explicit=False):
+            PROBES.append((self.name, explicit))
             raise RuntimeError("driver exploded")
     """
 )
@@ -284,3 +292,37 @@ def test_cli_strict_fake_exit_8():
     )
     assert r.returncode == 8
     assert "fake" in r.stderr
+
+
+def test_auto_probes_gpu_providers_in_a_child_process(installed_plugin):
+    """auto asks every GPU provider in one child process: the parent loads and probes
+    only the one it selects; the others' verdicts (and reasons) come from the child."""
+    sel = select("auto")
+    assert sel.record.name == "testgpu"
+    assert sys.modules["bitnet_test_plugin"].PROBES == [("testgpu", False)]
+    assert "testgpu" in sel.summary.detected
+    assert sel.summary.unavailable["testvk"] == "no Vulkan device with a compute queue"
+    assert "driver exploded" in sel.summary.unavailable["testraise"]
+    assert "testbroken" in sel.summary.unavailable
+
+
+def test_gpu_probes_fall_back_in_process_when_no_child_can_start(installed_plugin, monkeypatch):
+    monkeypatch.setattr(sys, "executable", str(installed_plugin / "no-such-python"))
+    sel = select("auto")
+    assert sel.record.name == "testgpu"
+    probes = sys.modules["bitnet_test_plugin"].PROBES
+    assert ("testvk", False) in probes and ("testraise", False) in probes  # probed here
+    assert sel.summary.unavailable["testvk"] == "no Vulkan device with a compute queue"
+
+
+def test_a_stuck_gpu_probe_is_reported_not_waited_for(installed_plugin, monkeypatch):
+    from bitnet_core.hal import probe_child
+
+    monkeypatch.setenv("BITNET_TEST_STUCK_PROBE", "1")
+    monkeypatch.setattr(probe_child, "PROBE_TIMEOUT_S", 5.0)
+    t0 = time.monotonic()
+    sel = select("auto")
+    assert time.monotonic() - t0 < 30
+    assert sel.record.device_kind == "cpu"  # every GPU provider shared the stuck child
+    assert "did not finish in 5 s" in sel.summary.unavailable["testvk"]
+    assert "did not finish in 5 s" in sel.summary.unavailable["testgpu"]

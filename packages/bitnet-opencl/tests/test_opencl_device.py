@@ -125,3 +125,21 @@ def test_unavailable_provider_refuses_ops(clean_env):
 
     with pytest.raises(DeviceUnavailableError, match="97:0"):
         OpenCLProvider().empty((2,))
+
+
+def test_auto_keeps_a_cpu_only_opencl_out_of_the_process(clean_env, ocl):
+    """auto probes OpenCL in a child process (bitnet_core.hal.probe_child): where the only
+    OpenCL device is a CPU (PoCL here), PoCL and its LLVM (~70 MB) are never loaded
+    into the process that runs the model, and the summary still says why."""
+    if any(d.is_gpu for d in discover().devices):
+        pytest.skip("an OpenCL GPU is present: auto may select it")
+    code = (
+        "import bitnet_core; s = bitnet_core.select('auto'); "
+        "print(s.summary.unavailable['opencl']); "
+        "print(any('libpocl' in line for line in open('/proc/self/maps')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    reason, loaded = out.stdout.strip().splitlines()[-2:]
+    assert "no OpenCL GPU" in reason and loaded == "False", out.stdout

@@ -110,3 +110,22 @@ def test_reason_for_a_wheel_built_without_shaders(monkeypatch):
     a = VulkanProvider().probe(explicit=True)
     assert not a.available and a.details["step"] == "shaders"
     assert "BITNET_VULKAN_SKIP_SHADERS" in a.reason and "glslangValidator" in a.reason
+
+
+def test_auto_keeps_a_cpu_only_vulkan_out_of_the_process(vk):
+    """auto probes Vulkan in a child process (bitnet_core.hal.probe_child): where the
+    only Vulkan device is lavapipe, its driver and LLVM (~95 MB) are never loaded into
+    the process that runs the model, and the summary still says why."""
+    if not vk.device_info.is_cpu:
+        pytest.skip("a Vulkan GPU is present: auto may select it")
+    code = (
+        "import bitnet_core; s = bitnet_core.select('auto'); "
+        "print(s.summary.unavailable['vulkan']); "
+        "print(any('libvulkan_lvp' in line for line in open('/proc/self/maps')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+        env={**os.environ, "XDG_RUNTIME_DIR": "/tmp"},
+    )  # fmt: skip
+    reason, loaded = out.stdout.strip().splitlines()[-2:]
+    assert "only a CPU Vulkan device" in reason and loaded == "False", out.stdout

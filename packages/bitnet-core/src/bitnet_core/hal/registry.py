@@ -43,6 +43,8 @@ class ProviderRecord:
     provider: KernelProvider | None
     availability: Availability | None = None
     explicit_availability: Availability | None = None
+    #: registered by an installed package's entry point (another process finds it too)
+    from_entry_point: bool = False
 
     def probe(self, explicit: bool = False) -> Availability:
         """Probe once (per mode) and remember; never raises."""
@@ -106,7 +108,10 @@ def _load_entry_point(ep: EntryPoint) -> list[ProviderRecord]:
         obj = ep.load()
         made = obj() if callable(obj) else obj
         items = made if isinstance(made, (list, tuple)) else [made]
-        return [_record(p, origin) for p in items]
+        records = [_record(p, origin) for p in items]
+        for rec in records:
+            rec.from_entry_point = True
+        return records
     except Exception as exc:
         return [_broken(ep.name, origin, exc)]
 

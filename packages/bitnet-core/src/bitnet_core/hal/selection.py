@@ -27,6 +27,8 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from ..errors import DeviceUnavailableError, StrictModeError, UnknownDeviceError
+from .probe_child import probe_in_child
+from .provider import Availability
 from .registry import REGISTRY, ProviderRecord
 
 log = logging.getLogger("bitnet")
@@ -119,6 +121,31 @@ def _is_known(name: str, records: list[ProviderRecord]) -> bool:
     return name in GENERIC_REQUESTS or any(r.name == name for r in records)
 
 
+def _probe_gpus_in_child(
+    records: list[ProviderRecord], here: list[ProviderRecord]
+) -> dict[str, Availability]:
+    """Probe the installed GPU providers not yet probed, except ``here``, in a child process.
+
+    Those it finds unavailable are recorded as probed (never loaded here); the
+    usable ones are returned, to be probed here only if chosen.
+    """
+    todo = [
+        r
+        for r in records
+        if r.device_kind == "gpu"
+        and r.from_entry_point
+        and r.availability is None
+        and not any(r is h for h in here)
+    ]
+    found = probe_in_child([r.name for r in todo]) if todo else None
+    if found is None:
+        return {}
+    for rec in todo:
+        if not found[rec.name].available:
+            rec.availability = found[rec.name]
+    return {name: a for name, a in found.items() if a.available}
+
+
 def select(device: str | None = None) -> Selection:
     """Choose the provider for a request; raises a ``DeviceError`` when it cannot be met."""
     request = BackendRequest.parse(device)
@@ -149,9 +176,13 @@ def select(device: str | None = None) -> Selection:
 
     # A CPU request reports the CPU providers it saw; probing GPU runtimes too
     # (PoCL, lavapipe: ~70 MB of memory and seconds of start-up) would only
-    # fill the summary. `bitnet devices` and auto/gpu requests probe them all.
+    # fill the summary. `bitnet devices` probes them all here; other requests
+    # in a child process (probe_child.py): only the GPU provider chosen is loaded here.
     if candidates and all(r.device_kind == "cpu" for r in candidates):
         records = [r for r in records if r.device_kind == "cpu"]
+    # an explicit request probes its candidates here (explicitly); the summary's
+    # other GPU providers are probed in the child
+    seen_elsewhere = _probe_gpus_in_child(records, candidates if explicit else [])
     chosen = next((r for r in candidates if usable(r, explicit)), None)
     if strict and chosen is None and any(r.fake for r in candidates):
         fakes = [r.name for r in candidates if r.fake]
@@ -159,8 +190,18 @@ def select(device: str | None = None) -> Selection:
             f"BITNET_STRICT_MODE=1 ignores fake devices ({', '.join(fakes)}); "
             f"no real {request.name} device is available"
         )
-    detected = [r.name for r in records if usable(r, False)]
-    unavailable = {r.name: r.probe(explicit).reason for r in records if not usable(r, explicit)}
+
+    def seen(rec: ProviderRecord, explicit: bool) -> bool:
+        # a GPU provider the child found usable and that was not chosen is not loaded here
+        if rec is not chosen and rec.availability is None and rec.name in seen_elsewhere:
+            return True
+        return usable(rec, explicit)
+
+    def reason(rec: ProviderRecord) -> str:
+        return rec.probe(explicit).reason
+
+    detected = [r.name for r in records if seen(r, False)]
+    unavailable = {r.name: reason(r) for r in records if not seen(r, explicit)}
 
     if chosen is None:
         raise DeviceUnavailableError(

@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFileError, TokenizerError
-from ..hal.selection import Selection, StartupSummary, select
+from ..hal.selection import BackendRequest, Selection, StartupSummary, select
 from .backend import GenericBackend
 from .generation import GenerationStats, Session, generate_tokens, stream_text
 from .kv_cache import KVCacheConfig
@@ -276,16 +277,33 @@ def load(
     """Load a GGUF model onto the selected device (None: the bundled demo model).
 
     The device is resolved first (``--device``, ``BITNET_DEVICE``, auto), so an
-    impossible request fails before any weight is read.
+    impossible request fails before any weight is read (auto and ``gpu`` read
+    the GGUF header and tokenizer while their GPU probes run in a child process,
+    and still raise the device error first).
     """
     t0 = time.perf_counter()
-    selection = select(device)
-    model_path = resolve_model_path(path)
-    from ..gguf import open_model_file  # the formats package owns GGUF reading
 
-    mf = open_model_file(model_path)
-    weights = ModelWeights.from_model_file(mf)
-    tokenizer = _tokenizer_from_metadata(weights.metadata)
+    def read() -> tuple[Path, ModelWeights, Any]:
+        from ..gguf import open_model_file  # the formats package owns GGUF reading
+
+        model_path = resolve_model_path(path)
+        weights = ModelWeights.from_model_file(open_model_file(model_path))
+        return model_path, weights, _tokenizer_from_metadata(weights.metadata)
+
+    if BackendRequest.parse(device).name in ("auto", "gpu"):
+        # its GPU probes run in a child process (hal/probe_child.py): read the
+        # file's header and tokenizer meanwhile; a device error is still the one raised
+        with ThreadPoolExecutor(1, thread_name_prefix="bitnet-select") as pool:
+            pending = pool.submit(select, device)
+            try:
+                model_path, weights, tokenizer = read()
+            except Exception:
+                pending.result()  # raises the device error, if any
+                raise
+            selection = pending.result()
+    else:
+        selection = select(device)
+        model_path, weights, tokenizer = read()
     backend = _make_backend(
         selection.provider,
         weights,
