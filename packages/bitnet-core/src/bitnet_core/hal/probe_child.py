@@ -25,6 +25,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from dataclasses import asdict
 
 from .provider import Availability
@@ -35,42 +36,66 @@ log = logging.getLogger("bitnet")
 PROBE_TIMEOUT_S = 120.0
 
 
-def probe_in_child(
-    names: list[str], timeout: float | None = None
-) -> dict[str, Availability] | None:
-    """Each named provider's non-explicit availability, probed in a child process.
+class ChildProbe:
+    """A child process probing ``names``: started at once, read with ``result()``."""
 
-    None when the child could not report (the caller then probes in-process).
-    """
-    if not names:
-        return {}
-    timeout = PROBE_TIMEOUT_S if timeout is None else timeout
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    code = f"import sys; from {__name__} import main; sys.exit(main(sys.argv[1:]))"
-    cmd = [sys.executable, "-c", code, *names]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        reason = f"its probe did not finish in {timeout:.0f} s (run in a child process)"
-        log.warning("GPU probe child timed out after %.0f s: %s", timeout, ", ".join(names))
-        return {n: Availability.no(reason) for n in names}
-    except OSError as exc:
-        log.debug("GPU probe child could not start (%s); probing in-process", exc)
-        return None
-    try:
-        found = json.loads(proc.stdout)
-        result = {n: Availability(**found[n]) for n in names}
-    except (ValueError, KeyError, TypeError) as exc:
-        log.debug(
-            "GPU probe child exited %s without a report (%s); probing in-process\n%s",
-            proc.returncode,
-            exc,
-            proc.stderr[-2000:],
-        )
-        return None
-    if proc.stderr.strip():
-        log.debug("GPU probe child stderr:\n%s", proc.stderr[-2000:])
-    return result
+    def __init__(self, names: list[str]) -> None:
+        self.names = list(names)
+        self._started = time.monotonic()
+        self._result: dict[str, Availability] | None = None
+        self._proc: subprocess.Popen | None = None
+        if not self.names:
+            self._result = {}
+            return
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        code = f"import sys; from {__name__} import main; sys.exit(main(sys.argv[1:]))"
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", code, *self.names],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+        except OSError as exc:
+            log.debug("GPU probe child could not start (%s); probing in-process", exc)
+
+    def result(self) -> dict[str, Availability] | None:
+        """Each provider's non-explicit availability; None: the caller probes in-process."""
+        if self._result is not None or self._proc is None:
+            return self._result
+        proc, self._proc = self._proc, None
+        wait = max(0.0, PROBE_TIMEOUT_S - (time.monotonic() - self._started))
+        try:
+            out, err = proc.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            reason = f"its probe did not finish in {PROBE_TIMEOUT_S:.0f} s (run in a child process)"
+            log.warning("GPU probe child killed after %.0f s: %s", PROBE_TIMEOUT_S, self.names)
+            self._result = {n: Availability.no(reason) for n in self.names}
+            return self._result
+        try:
+            found = json.loads(out)
+            self._result = {n: Availability(**found[n]) for n in self.names}
+        except (ValueError, KeyError, TypeError) as exc:
+            log.debug(
+                "GPU probe child exited %s without a report (%s); probing in-process\n%s",
+                proc.returncode,
+                exc,
+                err[-2000:],
+            )
+            return None
+        if err.strip():
+            log.debug("GPU probe child stderr:\n%s", err[-2000:])
+        return self._result
+
+    def cancel(self) -> None:
+        """Stop the child if it still runs (its result is no longer wanted)."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.communicate()
+            self._proc = None
 
 
 def main(names: list[str]) -> int:

@@ -27,7 +27,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from ..errors import DeviceUnavailableError, StrictModeError, UnknownDeviceError
-from .probe_child import probe_in_child
+from .probe_child import ChildProbe
 from .provider import Availability
 from .registry import REGISTRY, ProviderRecord
 
@@ -96,10 +96,18 @@ class Selection:
 
 
 _CACHE: dict[tuple, Selection] = {}
+#: child GPU probes started by ``prefetch``, by cache key, for ``select`` to read
+_PENDING: dict[tuple, ChildProbe] = {}
 
 
 def clear_cache() -> None:
     _CACHE.clear()
+    while _PENDING:
+        _PENDING.popitem()[1].cancel()
+
+
+def _cache_key(request: BackendRequest) -> tuple:
+    return (request.name, strict_mode(), os.environ.get("BITNET_GPU_FAKE", ""))
 
 
 #: The distribution that provides each device family, for the "install it" hint.
@@ -121,27 +129,50 @@ def _is_known(name: str, records: list[ProviderRecord]) -> bool:
     return name in GENERIC_REQUESTS or any(r.name == name for r in records)
 
 
-def _probe_gpus_in_child(
-    records: list[ProviderRecord], here: list[ProviderRecord]
-) -> dict[str, Availability]:
-    """Probe the installed GPU providers not yet probed, except ``here``, in a child process.
-
-    Those it finds unavailable are recorded as probed (never loaded here); the
-    usable ones are returned, to be probed here only if chosen.
-    """
-    todo = [
-        r
+def _unprobed_gpus(records: list[ProviderRecord], here: list[ProviderRecord]) -> list[str]:
+    """The installed GPU providers not probed yet, except ``here``: the child's work."""
+    return [
+        r.name
         for r in records
         if r.device_kind == "gpu"
         and r.from_entry_point
         and r.availability is None
         and not any(r is h for h in here)
     ]
-    found = probe_in_child([r.name for r in todo]) if todo else None
+
+
+def prefetch(device: str | None = None) -> None:
+    """Start an auto/gpu request's child GPU probe now; ``select`` reads it later.
+
+    ``load()`` reads the GGUF header and tokenizer meanwhile. Other requests: nothing.
+    """
+    request = BackendRequest.parse(device)
+    key = _cache_key(request)
+    if request.name in ("auto", "gpu") and key not in _CACHE and key not in _PENDING:
+        names = _unprobed_gpus(REGISTRY.records(), [])
+        if names:
+            _PENDING[key] = ChildProbe(names)
+
+
+def _probe_gpus_in_child(
+    records: list[ProviderRecord], here: list[ProviderRecord], pending: ChildProbe | None
+) -> dict[str, Availability]:
+    """Probe the installed GPU providers not yet probed, except ``here``, in a child process.
+
+    Those it finds unavailable are recorded as probed (never loaded here); the
+    usable ones are returned, to be probed here only if chosen.
+    """
+    names = _unprobed_gpus(records, here)
+    if pending is not None and pending.names != names:
+        pending.cancel()
+        pending = None
+    if not names:
+        return {}
+    found = (pending or ChildProbe(names)).result()
     if found is None:
         return {}
-    for rec in todo:
-        if not found[rec.name].available:
+    for rec in records:
+        if rec.name in found and not found[rec.name].available:
             rec.availability = found[rec.name]
     return {name: a for name, a in found.items() if a.available}
 
@@ -150,7 +181,8 @@ def select(device: str | None = None) -> Selection:
     """Choose the provider for a request; raises a ``DeviceError`` when it cannot be met."""
     request = BackendRequest.parse(device)
     strict = strict_mode()
-    key = (request.name, strict, os.environ.get("BITNET_GPU_FAKE", ""))
+    key = _cache_key(request)
+    pending = _PENDING.pop(key, None)
     if key in _CACHE:
         return _CACHE[key]
 
@@ -182,7 +214,7 @@ def select(device: str | None = None) -> Selection:
         records = [r for r in records if r.device_kind == "cpu"]
     # an explicit request probes its candidates here (explicitly); the summary's
     # other GPU providers are probed in the child
-    seen_elsewhere = _probe_gpus_in_child(records, candidates if explicit else [])
+    seen_elsewhere = _probe_gpus_in_child(records, candidates if explicit else [], pending)
     chosen = next((r for r in candidates if usable(r, explicit)), None)
     if strict and chosen is None and any(r.fake for r in candidates):
         fakes = [r.name for r in candidates if r.fake]

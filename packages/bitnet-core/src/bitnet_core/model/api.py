@@ -15,7 +15,6 @@ import logging
 import os
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ModelFileError, TokenizerError
-from ..hal.selection import BackendRequest, Selection, StartupSummary, select
+from ..hal.selection import Selection, StartupSummary, prefetch, select
 from .backend import GenericBackend
 from .generation import GenerationStats, Session, generate_tokens, stream_text
 from .kv_cache import KVCacheConfig
@@ -276,10 +275,10 @@ def load(
 ) -> Model:
     """Load a GGUF model onto the selected device (None: the bundled demo model).
 
-    The device is resolved first (``--device``, ``BITNET_DEVICE``, auto), so an
-    impossible request fails before any weight is read (auto and ``gpu`` read
-    the GGUF header and tokenizer while their GPU probes run in a child process,
-    and still raise the device error first).
+    The device (``--device``, ``BITNET_DEVICE``, auto) is resolved before any
+    weight is read, and an impossible request is the error raised even when
+    the file is bad too (the GGUF header and tokenizer are read while auto's
+    GPU probes run in a child process).
     """
     t0 = time.perf_counter()
 
@@ -290,20 +289,16 @@ def load(
         weights = ModelWeights.from_model_file(open_model_file(model_path))
         return model_path, weights, _tokenizer_from_metadata(weights.metadata)
 
-    if BackendRequest.parse(device).name in ("auto", "gpu"):
-        # its GPU probes run in a child process (hal/probe_child.py): read the
-        # file's header and tokenizer meanwhile; a device error is still the one raised
-        with ThreadPoolExecutor(1, thread_name_prefix="bitnet-select") as pool:
-            pending = pool.submit(select, device)
-            try:
-                model_path, weights, tokenizer = read()
-            except Exception:
-                pending.result()  # raises the device error, if any
-                raise
-            selection = pending.result()
-    else:
-        selection = select(device)
+    # auto/gpu probe GPU runtimes in a child process (hal/probe_child.py): the
+    # file's header and tokenizer are read meanwhile; a device error is still
+    # the one raised
+    prefetch(device)
+    try:
         model_path, weights, tokenizer = read()
+    except Exception:
+        select(device)  # raises the device error, if any
+        raise
+    selection = select(device)
     backend = _make_backend(
         selection.provider,
         weights,
