@@ -326,3 +326,10 @@ def test_a_stuck_gpu_probe_is_reported_not_waited_for(installed_plugin, monkeypa
     assert sel.record.device_kind == "cpu"  # every GPU provider shared the stuck child
     assert "did not finish in 5 s" in sel.summary.unavailable["testvk"]
     assert "did not finish in 5 s" in sel.summary.unavailable["testgpu"]
+
+
+def test_explicit_request_probes_only_what_it_could_choose(installed_plugin):
+    sel = select("opencl")  # testgpu's family
+    assert sel.record.name == "testgpu"
+    assert {name for name, _ in sys.modules["bitnet_test_plugin"].PROBES} == {"testgpu"}
+    assert "testvk" not in sel.summary.detected and "testvk" not in sel.summary.unavailable

@@ -129,15 +129,12 @@ def _is_known(name: str, records: list[ProviderRecord]) -> bool:
     return name in GENERIC_REQUESTS or any(r.name == name for r in records)
 
 
-def _unprobed_gpus(records: list[ProviderRecord], here: list[ProviderRecord]) -> list[str]:
-    """The installed GPU providers not probed yet, except ``here``: the child's work."""
+def _unprobed_gpus(records: list[ProviderRecord]) -> list[str]:
+    """The installed GPU providers not probed yet: the child's work."""
     return [
         r.name
         for r in records
-        if r.device_kind == "gpu"
-        and r.from_entry_point
-        and r.availability is None
-        and not any(r is h for h in here)
+        if r.device_kind == "gpu" and r.from_entry_point and r.availability is None
     ]
 
 
@@ -149,20 +146,20 @@ def prefetch(device: str | None = None) -> None:
     request = BackendRequest.parse(device)
     key = _cache_key(request)
     if request.name in ("auto", "gpu") and key not in _CACHE and key not in _PENDING:
-        names = _unprobed_gpus(REGISTRY.records(), [])
+        names = _unprobed_gpus(REGISTRY.records())
         if names:
             _PENDING[key] = ChildProbe(names)
 
 
 def _probe_gpus_in_child(
-    records: list[ProviderRecord], here: list[ProviderRecord], pending: ChildProbe | None
+    records: list[ProviderRecord], pending: ChildProbe | None
 ) -> dict[str, Availability]:
-    """Probe the installed GPU providers not yet probed, except ``here``, in a child process.
+    """Probe the installed GPU providers not yet probed in a child process (or read ``pending``).
 
     Those it finds unavailable are recorded as probed (never loaded here); the
     usable ones are returned, to be probed here only if chosen.
     """
-    names = _unprobed_gpus(records, here)
+    names = _unprobed_gpus(records)
     if pending is not None and pending.names != names:
         pending.cancel()
         pending = None
@@ -206,15 +203,16 @@ def select(device: str | None = None) -> Selection:
     else:
         candidates, explicit = [r for r in records if r.name == request.name], True
 
-    # A CPU request reports the CPU providers it saw; probing GPU runtimes too
-    # (PoCL, lavapipe: ~70 MB of memory and seconds of start-up) would only
-    # fill the summary. `bitnet devices` probes them all here; other requests
-    # in a child process (probe_child.py): only the GPU provider chosen is loaded here.
-    if candidates and all(r.device_kind == "cpu" for r in candidates):
-        records = [r for r in records if r.device_kind == "cpu"]
-    # an explicit request probes its candidates here (explicitly); the summary's
-    # other GPU providers are probed in the child
-    seen_elsewhere = _probe_gpus_in_child(records, candidates if explicit else [], pending)
+    # A request reports the providers it could choose and the CPU ones; probing
+    # other GPU runtimes (PoCL, lavapipe: ~70 MB of memory and seconds of
+    # start-up each) would only fill the summary. auto and gpu probe every GPU
+    # provider, in a child process (probe_child.py): only the one chosen is
+    # loaded here. `bitnet devices` probes them all here.
+    if explicit or all(r.device_kind == "cpu" for r in candidates):
+        records = [r for r in records if r.device_kind == "cpu" or any(r is c for c in candidates)]
+        seen_elsewhere: dict[str, Availability] = {}
+    else:
+        seen_elsewhere = _probe_gpus_in_child(records, pending)
     chosen = next((r for r in candidates if usable(r, explicit)), None)
     if strict and chosen is None and any(r.fake for r in candidates):
         fakes = [r.name for r in candidates if r.fake]
@@ -223,11 +221,11 @@ def select(device: str | None = None) -> Selection:
             f"no real {request.name} device is available"
         )
 
-    def seen(rec: ProviderRecord, explicit: bool) -> bool:
+    def seen(rec: ProviderRecord, mode: bool) -> bool:
         # a GPU provider the child found usable and that was not chosen is not loaded here
         if rec is not chosen and rec.availability is None and rec.name in seen_elsewhere:
             return True
-        return usable(rec, explicit)
+        return usable(rec, mode)
 
     def reason(rec: ProviderRecord) -> str:
         return rec.probe(explicit).reason
