@@ -55,6 +55,7 @@ class ChildProbe:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
+                errors="replace",  # a driver's non-UTF-8 message must not break the probe
                 env=env,
             )
         except OSError as exc:
