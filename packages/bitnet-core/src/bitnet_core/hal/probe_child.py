@@ -37,16 +37,13 @@ PROBE_TIMEOUT_S = 120.0
 
 
 class ChildProbe:
-    """A child process probing ``names``: started at once, read with ``result()``."""
+    """A child process probing ``names`` (not empty): started at once, read with ``result()``."""
 
     def __init__(self, names: list[str]) -> None:
         self.names = list(names)
         self._started = time.monotonic()
         self._result: dict[str, Availability] | None = None
         self._proc: subprocess.Popen | None = None
-        if not self.names:
-            self._result = {}
-            return
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         code = f"import sys; from {__name__} import main; sys.exit(main(sys.argv[1:]))"
         try:
