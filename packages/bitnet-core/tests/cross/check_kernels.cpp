@@ -3,9 +3,12 @@
 // Python tests), on random inputs of awkward shapes. Built without Python, so
 // it can be cross-compiled and run under an emulator: tests/test_neon_cross.py
 // builds it with aarch64-linux-gnu-g++ and runs it under qemu-aarch64, once on
-// a CPU with SDOT and once without, which checks the run-time choice too.
+// a CPU with SDOT and once without, which checks the run-time choice too;
+// tests/test_avx512_emulated.py builds it for x86 with the AVX-512 table's
+// 512-bit intrinsics emulated by SIMDe and runs it on this CPU.
 //
-//   check_kernels [--expect NAME]   (NAME: the table kernels_neon() must pick)
+//   check_kernels [--isa neon|avx2|avx512] [--expect NAME]
+//     (the table to check, default neon; NAME: the table it must be)
 //
 // Integer kernels (ternary, int8, quantization, byte sums) must match bit for
 // bit; float kernels (dense, attention, SiLU) within a relative 1e-5 of the
@@ -295,17 +298,23 @@ void check_table(const KernelTable *k) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    std::string expect;
-    for (int i = 1; i + 1 < argc; ++i)
+    std::string expect, isa = "neon";
+    for (int i = 1; i + 1 < argc; ++i) {
         if (std::string(argv[i]) == "--expect") expect = argv[i + 1];
-    const KernelTable *k = kernels_neon();
+        if (std::string(argv[i]) == "--isa") isa = argv[i + 1];
+    }
+    const KernelTable *k = isa == "neon"     ? kernels_neon()
+                           : isa == "avx2"   ? kernels_avx2()
+                           : isa == "avx512" ? kernels_avx512()
+                                             : nullptr;
     if (!k) {
-        std::printf("no NEON kernels in this build (not arm64)\n");
+        std::printf("no %s kernels in this build\n", isa.c_str());
         return 2;
     }
-    std::printf("kernels_neon(): %s (CPU has SDOT: %s)\n", k->name, cpu_has_dotprod() ? "yes" : "no");
+    if (isa == "neon")
+        std::printf("kernels_neon(): %s (CPU has SDOT: %s)\n", k->name, cpu_has_dotprod() ? "yes" : "no");
     if (!expect.empty() && expect != k->name) {
-        std::printf("FAIL expected the '%s' table\n", expect.c_str());
+        std::printf("FAIL expected the '%s' table, got '%s'\n", expect.c_str(), k->name);
         return 1;
     }
     check_table(k);

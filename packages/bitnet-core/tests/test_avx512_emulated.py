@@ -1,0 +1,114 @@
+"""The AVX-512 kernel table, run on a CPU without AVX-512 through SIMDe.
+
+No CI machine has AVX-512, yet ``cpu-avx512`` is the provider chosen first on
+most x86 servers. ``tests/cross/check_kernels.cpp`` (every kernel of a table
+against the portable scalar table, random inputs of awkward shapes) is built
+natively with the AVX2 flags and ``-DBITNET_SIMDE_AVX512``: the 512-bit
+intrinsics of the AVX-512 table then come from SIMDe's portable definitions
+(Debian ``libsimde-dev``), so the table's own logic (two blocks per 64-byte
+load, ``vpdpbusd`` accumulation, the odd last block, the horizontal sums) runs
+here. What this cannot check is the compiler's AVX-512 code generation; the
+real ``-mavx512*`` build of the same file is compiled by the wheel. The AVX2
+table goes through the same harness as a control. Lane ``cross`` (marker
+``cross``) installs SIMDe; elsewhere the tests skip with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cross
+
+HERE = Path(__file__).resolve().parent
+CSRC = HERE.parent / "csrc"
+CHECK = HERE / "cross" / "check_kernels.cpp"
+
+CXX = os.environ.get("BITNET_NATIVE_CXX", "g++")
+# CMakeLists.txt's -O3; SIMDe passes 64-byte vectors by value (-Wpsabi notes)
+FLAGS = ["-std=gnu++17", "-O3", "-Wno-psabi", "-I", str(CSRC)]
+
+
+def _x86_flags() -> dict[str, list[str]]:
+    """csrc/simd_flags.cmake's per-file x86 flags (one place for them)."""
+    text = (CSRC / "simd_flags.cmake").read_text()
+    x86 = text[: text.index("aarch64")]
+    found = re.findall(r"csrc/(\S+\.cpp)\s+PROPERTIES COMPILE_OPTIONS \"([^\"]*)\"", x86)
+    return {name: opts.split(";") for name, opts in found}
+
+
+def _avx2_cpu() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx2" in flags and " fma" in flags and " f16c" in flags
+
+
+def _missing() -> str | None:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"not an x86_64 machine ({platform.machine()})"
+    if not _avx2_cpu():
+        return "this CPU lacks AVX2/FMA/F16C (the emulated build runs on the AVX2 code)"
+    if not shutil.which(CXX):
+        return f"{CXX} not found"
+    probe = subprocess.run(
+        [CXX, "-x", "c++", "-fsyntax-only", "-"],
+        input="#include <simde/x86/avx512.h>\n",
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        return "SIMDe headers not found (Debian: libsimde-dev)"
+    return None
+
+
+def _compile(cmd: list[str]) -> None:
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    assert run.returncode == 0, f"{' '.join(cmd)}\n{run.stderr[-3000:]}"
+
+
+@pytest.fixture(scope="module")
+def check_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    reason = _missing()
+    if reason:
+        pytest.skip(reason)
+    x86 = _x86_flags()
+    avx2 = x86["kernels_avx2.cpp"]
+    sources = {
+        "kernels_scalar.cpp": [],
+        "kernels_avx2.cpp": avx2,
+        # the AVX-512 table on AVX2 flags, its 512-bit intrinsics from SIMDe
+        "kernels_avx512.cpp": [*avx2, "-DBITNET_SIMDE_AVX512"],
+        "kernels_neon.cpp": [],  # null tables on x86 (check_kernels links them)
+        "kernels_neon_dotprod.cpp": [],
+    }
+    assert "-mavx512vnni" in x86["kernels_avx512.cpp"], "simd_flags.cmake changed: update this test"
+    out = tmp_path_factory.mktemp("avx512")
+    objects = []
+    for name, extra in [*sources.items(), (str(CHECK), [])]:
+        path = name if os.path.isabs(name) else str(CSRC / name)
+        obj = out / (Path(name).stem + ".o")
+        _compile([CXX, *FLAGS, *extra, "-c", path, "-o", str(obj)])
+        objects.append(str(obj))
+    exe = out / "check_kernels"
+    _compile([CXX, *objects, "-o", str(exe)])
+    return exe
+
+
+@pytest.mark.parametrize("isa", ["avx512", "avx2"])
+def test_x86_tables_equal_scalar(check_binary: Path, isa: str) -> None:
+    run = subprocess.run(
+        [str(check_binary), "--isa", isa, "--expect", isa],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"{isa}: " in run.stdout and " 0 failures" in run.stdout, run.stdout
