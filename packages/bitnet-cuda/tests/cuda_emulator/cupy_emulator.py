@@ -1,0 +1,158 @@
+"""A CPU stand-in for the part of CuPy the ``cuda`` provider uses (tests only).
+
+No CI machine has an NVIDIA GPU, so without this the CUDA kernels and the
+provider's host code would first run on a user's machine. ``EmulatedCuPy``
+keeps "device" arrays as numpy arrays (numpy's array API is CuPy's) and runs
+``RawModule`` kernels by compiling ``bitnet_kernels.cu`` as C++ with
+``cuda_emu.h`` (each CUDA thread a fiber, warps and blocks synchronized as on
+the GPU) into a shared library called through ctypes. ``RawModule(path=...)``
+(the nvcc fatbin) is refused, as on a GPU without code for it, so the
+provider takes its NVRTC path with the same source. The probe sees one
+"device" of compute capability 9.0.
+
+Everything above the kernels is the real provider; what is emulated is the
+device. Speed means nothing here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+CXX = os.environ.get("BITNET_NATIVE_CXX", "g++")
+KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
+
+
+def missing() -> str | None:
+    """Why the emulator cannot build here, or None."""
+    if not shutil.which(CXX):
+        return f"{CXX} not found (the CUDA emulator compiles the kernels as C++)"
+    return None
+
+
+class _Kernel:
+    def __init__(self, lib: ctypes.CDLL, name: str) -> None:
+        self.name = name
+        self._fn = getattr(lib, f"emu_launch_{name}")
+        self._fn.restype = ctypes.c_char_p
+        self._fn.argtypes = [
+            ctypes.POINTER(ctypes.c_uint),
+            ctypes.POINTER(ctypes.c_uint),
+            ctypes.POINTER(ctypes.c_void_p),
+        ]
+
+    def __call__(
+        self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]
+    ) -> None:
+        keep = []
+        ptrs = (ctypes.c_void_p * len(args))()
+        for i, a in enumerate(args):
+            if isinstance(a, np.ndarray):
+                if not a.flags.c_contiguous:
+                    raise ValueError(f"{self.name}: argument {i} is not C-contiguous")
+                v: Any = ctypes.c_void_p(a.ctypes.data)
+            elif isinstance(a, np.int32):
+                v = ctypes.c_int32(int(a))
+            elif isinstance(a, np.float32):
+                v = ctypes.c_float(float(a))
+            else:
+                raise TypeError(f"{self.name}: argument {i} of type {type(a).__name__}")
+            keep.append(v)
+            ptrs[i] = ctypes.cast(ctypes.pointer(v), ctypes.c_void_p)
+        g = (ctypes.c_uint * 3)(*(tuple(grid) + (1, 1, 1))[:3])
+        b = (ctypes.c_uint * 3)(*(tuple(block) + (1, 1, 1))[:3])
+        err = self._fn(g, b, ptrs)
+        if err:
+            raise RuntimeError(f"{self.name}: {err.decode()}")
+
+
+class _RawModule:
+    _lock = threading.Lock()
+    _built: dict[str, ctypes.CDLL] = {}
+
+    def __init__(self, code: str | None = None, path: str | None = None, **_: Any) -> None:
+        if code is None:
+            raise RuntimeError(f"the CUDA emulator cannot run compiled GPU code ({path})")
+        self.names = KERNEL_RE.findall(code)
+        self._lib = self._build(code, self.names)
+
+    @classmethod
+    def _build(cls, code: str, names: list[str]) -> ctypes.CDLL:
+        key = hashlib.sha256((code + (HERE / "cuda_emu.h").read_text()).encode()).hexdigest()[:16]
+        with cls._lock:
+            if key in cls._built:
+                return cls._built[key]
+            out = Path(tempfile.gettempdir()) / f"bitnet-cuda-emu-{os.getuid()}-{key}"
+            out.mkdir(exist_ok=True)
+            so = out / "kernels.so"
+            if not so.exists():
+                (out / "kernels.cu").write_text(code)
+                wrappers = "".join(
+                    f'extern "C" const char *emu_launch_{n}(const unsigned *g, const unsigned *b, '
+                    f"void **a) {{ try {{ bitnet_emu::launch({n}, g, b, a); }} "
+                    f"catch (const std::exception &e) {{ static std::string m; m = e.what(); "
+                    f"return m.c_str(); }} return nullptr; }}\n"
+                    for n in names
+                )
+                (out / "emu.cpp").write_text(
+                    f'#include "cuda_emu.h"\n#include "kernels.cu"\n{wrappers}'
+                )
+                tmp = out / f"kernels.{os.getpid()}.so"
+                cmd = [CXX, "-std=gnu++17", "-O1", "-fPIC", "-shared", "-I", str(HERE)]
+                cmd += ["-I", str(out), str(out / "emu.cpp"), "-o", str(tmp)]
+                run = subprocess.run(cmd, capture_output=True, text=True)
+                if run.returncode != 0:
+                    raise RuntimeError(f"emulator build failed:\n{run.stderr[-4000:]}")
+                os.replace(tmp, so)
+            cls._built[key] = ctypes.CDLL(str(so))
+            return cls._built[key]
+
+    def get_function(self, name: str) -> _Kernel:
+        if name not in self.names:
+            raise RuntimeError(f"no kernel named {name!r}")
+        return _Kernel(self._lib, name)
+
+
+class _Runtime:
+    @staticmethod
+    def getDeviceCount() -> int:  # noqa: N802 (CuPy's name)
+        return 1
+
+    @staticmethod
+    def getDeviceProperties(_: int) -> dict[str, Any]:  # noqa: N802
+        return {"name": b"CUDA emulator (CPU)", "major": 9, "minor": 0}
+
+    @staticmethod
+    def memGetInfo() -> tuple[int, int]:  # noqa: N802
+        return (8 << 30, 8 << 30)
+
+
+class EmulatedCuPy:
+    """The ``cupy`` module as the provider sees it, on the CPU."""
+
+    __version__ = "emulator"
+    RawModule = _RawModule
+    cuda = SimpleNamespace(runtime=_Runtime(), Device=lambda *_: SimpleNamespace(id=0))
+
+    @staticmethod
+    def asarray(a: Any, dtype: Any = None) -> np.ndarray:
+        return np.array(a, dtype=dtype, copy=True)  # a host-to-device copy, as CuPy's
+
+    @staticmethod
+    def asnumpy(a: Any) -> np.ndarray:
+        return np.array(a, copy=True)
+
+    def __getattr__(self, name: str) -> Any:  # zeros, empty, empty_like, exp, maximum, ...
+        return getattr(np, name)
