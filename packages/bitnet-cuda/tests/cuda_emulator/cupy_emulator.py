@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -37,6 +38,8 @@ KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
 
 def missing() -> str | None:
     """Why the emulator cannot build here, or None."""
+    if sys.platform != "linux":
+        return f"the CUDA emulator needs Linux (ucontext fibers), not {sys.platform}"
     if not shutil.which(CXX):
         return f"{CXX} not found (the CUDA emulator compiles the kernels as C++)"
     return None
@@ -90,7 +93,9 @@ class _RawModule:
 
     @classmethod
     def _build(cls, code: str, names: list[str]) -> ctypes.CDLL:
-        key = hashlib.sha256((code + (HERE / "cuda_emu.h").read_text()).encode()).hexdigest()[:16]
+        # the kernels, the emulator and the wrappers this file writes: any change rebuilds
+        parts = (code, (HERE / "cuda_emu.h").read_text(), Path(__file__).read_text())
+        key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
         with cls._lock:
             if key in cls._built:
                 return cls._built[key]
