@@ -17,30 +17,18 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from kernel_check_build import CSRC, build_check_kernels, simd_file_flags
 
 pytestmark = pytest.mark.cross
-
-HERE = Path(__file__).resolve().parent
-CSRC = HERE.parent / "csrc"
-CHECK = HERE / "cross" / "check_kernels.cpp"
 
 CXX = os.environ.get("BITNET_NATIVE_CXX", "g++")
 # CMakeLists.txt's -O3; SIMDe passes 64-byte vectors by value (-Wpsabi notes)
 FLAGS = ["-std=gnu++17", "-O3", "-Wno-psabi", "-I", str(CSRC)]
-
-
-def _x86_flags() -> dict[str, list[str]]:
-    """csrc/simd_flags.cmake's per-file x86 flags (one place for them)."""
-    text = (CSRC / "simd_flags.cmake").read_text()
-    x86 = text[: text.index("aarch64")]
-    found = re.findall(r"csrc/(\S+\.cpp)\s+PROPERTIES COMPILE_OPTIONS \"([^\"]*)\"", x86)
-    return {name: opts.split(";") for name, opts in found}
 
 
 def _avx2_cpu() -> bool:
@@ -69,17 +57,12 @@ def _missing() -> str | None:
     return None
 
 
-def _compile(cmd: list[str]) -> None:
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    assert run.returncode == 0, f"{' '.join(cmd)}\n{run.stderr[-3000:]}"
-
-
 @pytest.fixture(scope="module")
 def check_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     reason = _missing()
     if reason:
         pytest.skip(reason)
-    x86 = _x86_flags()
+    x86 = simd_file_flags("x86")
     avx2 = x86["kernels_avx2.cpp"]
     sources = {
         "kernels_scalar.cpp": [],
@@ -90,16 +73,7 @@ def check_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "kernels_neon_dotprod.cpp": [],
     }
     assert "-mavx512vnni" in x86["kernels_avx512.cpp"], "simd_flags.cmake changed: update this test"
-    out = tmp_path_factory.mktemp("avx512")
-    objects = []
-    for name, extra in [*sources.items(), (str(CHECK), [])]:
-        path = name if os.path.isabs(name) else str(CSRC / name)
-        obj = out / (Path(name).stem + ".o")
-        _compile([CXX, *FLAGS, *extra, "-c", path, "-o", str(obj)])
-        objects.append(str(obj))
-    exe = out / "check_kernels"
-    _compile([CXX, *objects, "-o", str(exe)])
-    return exe
+    return build_check_kernels(CXX, FLAGS, sources, tmp_path_factory.mktemp("avx512"), [])
 
 
 @pytest.mark.parametrize("isa", ["avx512", "avx2"])

@@ -13,7 +13,6 @@ tests skip with the reason. Correctness only: emulated speed means nothing.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sysconfig
@@ -21,26 +20,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from kernel_check_build import CSRC, build_check_kernels, simd_file_flags
 
 pytestmark = pytest.mark.cross
-
-HERE = Path(__file__).resolve().parent
-CSRC = HERE.parent / "csrc"
-CHECK = HERE / "cross" / "check_kernels.cpp"
 
 CXX = os.environ.get("BITNET_CROSS_CXX", "aarch64-linux-gnu-g++")
 QEMU = next((q for q in ("qemu-aarch64-static", "qemu-aarch64") if shutil.which(q)), None)
 
-# as the wheel builds them: CMakeLists.txt's -O3, and the per-file flags of
-# csrc/simd_flags.cmake's arm64 block, read from it (one place for them)
+# as the wheel builds them: CMakeLists.txt's -O3, and simd_flags.cmake's arm64 block
 FLAGS = ["-std=gnu++17", "-O3", "-I", str(CSRC)]
-
-
-def _arm64_file_flags() -> dict[str, list[str]]:
-    text = (CSRC / "simd_flags.cmake").read_text()
-    arm = text[text.index("aarch64") :]
-    found = re.findall(r"csrc/(\S+\.cpp)\s+PROPERTIES COMPILE_OPTIONS \"([^\"]*)\"", arm)
-    return {name: opts.split(";") for name, opts in found}
 
 
 # the x86 files compile to null tables on arm64 (check_kernels links every getter)
@@ -49,7 +37,7 @@ SOURCES = {
     "kernels_neon.cpp": [],
     "kernels_avx2.cpp": [],
     "kernels_avx512.cpp": [],
-    **_arm64_file_flags(),
+    **simd_file_flags("arm64"),
 }
 
 
@@ -66,21 +54,7 @@ def check_binary(tmp_path_factory: pytest.TempPathFactory) -> Path:
     reason = _missing_tools()
     if reason:
         pytest.skip(reason)
-    out = tmp_path_factory.mktemp("neon")
-    objects = []
-    for src, extra in [*SOURCES.items(), (str(CHECK), [])]:
-        obj = out / (Path(src).stem + ".o")
-        path = src if os.path.isabs(src) else str(CSRC / src)
-        _compile([CXX, *FLAGS, *extra, "-c", path, "-o", str(obj)])
-        objects.append(str(obj))
-    exe = out / "check_kernels"
-    _compile([CXX, "-static", *objects, "-o", str(exe)])
-    return exe
-
-
-def _compile(cmd: list[str]) -> None:
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    assert run.returncode == 0, f"{' '.join(cmd)}\n{run.stderr[-3000:]}"
+    return build_check_kernels(CXX, FLAGS, SOURCES, tmp_path_factory.mktemp("neon"), ["-static"])
 
 
 @pytest.mark.parametrize(
