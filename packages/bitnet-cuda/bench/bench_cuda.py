@@ -5,10 +5,13 @@
    (2560x2560, 6912x2560, 2560x6912, 640x2560): weight bytes read / time,
    as a fraction of (1);
 3. decode tokens/s of a random model of 2B-4T shape through ``bitnet_core``
-   (the generic backend on the ``cuda`` provider), against the floor
-   (all weight bytes a token reads / copy bandwidth) and against PyTorch bf16
-   decode of the same layer shapes (matmuls only, CUDA graph), when torch
-   with CUDA is importable.
+   on the ``cuda`` provider, three engines measured in turn on the same
+   weights: ``graphs`` (``CudaBackend``, decode steps replayed from CUDA
+   graphs: what ``bitnet run`` uses), ``fused`` (the same kernels launched
+   one by one) and ``generic`` (the provider's ops, ~25 launches a layer);
+   against the floor (all weight bytes a token reads / copy bandwidth) and
+   against PyTorch bf16 decode of the same layer shapes (matmuls only, CUDA
+   graph), when torch with CUDA is importable.
 
     python packages/bitnet-cuda/bench/bench_cuda.py --json out.json [--layers 30] [--tokens 64]
 
@@ -68,10 +71,12 @@ def gemv_bandwidth(provider, cp, repeat: int) -> list[dict]:
     return out
 
 
-def decode_tokens_per_s(layers: int, tokens: int) -> dict:
-    import bitnet_core
+def decode_tokens_per_s(provider, layers: int, tokens: int) -> dict:
     from bitnet_core.config import BitNetConfig
+    from bitnet_core.gguf import open_model_file
+    from bitnet_core.model import GenericBackend, ModelWeights
     from bitnet_core.model.random import random_model_file
+    from bitnet_cuda.backend import CudaBackend
 
     cfg = BitNetConfig(
         vocab_size=128256,
@@ -86,17 +91,29 @@ def decode_tokens_per_s(layers: int, tokens: int) -> dict:
     )
     path = Path(tempfile.mkdtemp()) / "2b4t-random.gguf"
     random_model_file(path, cfg, seed=0, ternary_type="i2_s")
-    model = bitnet_core.load(path, device="cuda", progress=False)
-    seq = model.backend.new_cache()
-    model.backend.forward(np.arange(1, 9), seq)
-    t0 = time.perf_counter()
-    for i in range(tokens):
-        model.backend.forward(np.array([i % 1000 + 1]), seq)
-    s = (time.perf_counter() - t0) / tokens
+    weights = ModelWeights.from_model_file(open_model_file(path))
     per_layer = (2560 * 2560 * 2 + 640 * 2560 * 2 + 6912 * 2560 * 3) // 4
-    ternary = layers * per_layer
-    head = 128256 * 2560 * 2
-    return {"seconds_per_token": s, "tokens_per_s": 1 / s, "weight_bytes": ternary + head}
+    out: dict = {"weight_bytes": layers * per_layer + 128256 * 2560 * 2}
+    for engine in ("graphs", "fused", "generic"):
+        if engine == "generic":
+            backend = GenericBackend(provider, weights, progress=False)
+        else:
+            backend = CudaBackend(provider, weights, progress=False)
+            backend.use_graphs = engine == "graphs"
+        seq = backend.new_cache()
+        backend.forward(np.arange(1, 9), seq)
+        for i in range(4):  # warm-up: module loads, graph capture
+            backend.forward(np.array([i + 1]), seq)
+        t0 = time.perf_counter()
+        for i in range(tokens):
+            backend.forward(np.array([i % 1000 + 1]), seq)
+        s = (time.perf_counter() - t0) / tokens
+        out[engine] = {"seconds_per_token": s, "tokens_per_s": 1 / s}
+        seq.close()
+        del backend
+        provider.cp.get_default_memory_pool().free_all_blocks()
+    out.update(out["graphs"])  # what `bitnet run` uses
+    return out
 
 
 def torch_bf16_decode(layers: int, repeat: int) -> float | None:
@@ -160,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     gemv = gemv_bandwidth(provider, cp, args.repeat)
     for g in gemv:
         g["fraction_of_copy"] = g["bandwidth"] / bw
-    dec = decode_tokens_per_s(args.layers, args.tokens)
+    dec = decode_tokens_per_s(provider, args.layers, args.tokens)
     floor = dec["weight_bytes"] / bw
     torch_s = torch_bf16_decode(args.layers, args.repeat)
     result = {

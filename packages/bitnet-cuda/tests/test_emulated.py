@@ -9,6 +9,10 @@ logic is checked against the numpy reference (the conformance kit, its
 small cases) and a whole model against the CPU engine; what only a GPU shows
 (speed, the compiled PTX, concurrency between blocks) is left to
 ``test_conformance.py`` on a machine that has one.
+
+Whole models run through both engines: the generic one (provider ops) and
+``CudaBackend`` (fused kernels, decode steps captured as CUDA graphs, which
+the emulator records and replays), with float32 and float16 KV caches.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import pytest
 from cuda_emulator import EmulatedCudaProvider, missing
 
 from bitnet_core.config import BitNetConfig
-from bitnet_core.model import Model, random_weights
+from bitnet_core.model import KVCacheConfig, Model, random_weights
 from bitnet_core.model.backend import GenericBackend
+from bitnet_core.providers.reference import ReferenceProvider
 from bitnet_core.testing import conformance
+from bitnet_cuda.backend import CudaBackend
 
 if missing():
     pytest.skip(missing(), allow_module_level=True)
@@ -44,7 +50,7 @@ def test_kernels_take_the_nvrtc_path() -> None:
     assert p.kernel_source == "nvrtc"  # the fatbin is GPU code: refused, the .cu is built
 
 
-def small_config(activation: str) -> BitNetConfig:
+def small_config(activation: str, context: int = 64) -> BitNetConfig:
     # odd sizes: head_dim 20, hidden 120, FFN 200 (none a multiple of 64), GQA 6/2
     return BitNetConfig(
         vocab_size=300,
@@ -53,18 +59,39 @@ def small_config(activation: str) -> BitNetConfig:
         num_heads=6,
         num_kv_heads=2,
         intermediate_size=200,
-        context_length=64,
+        context_length=context,
         ffn_activation=activation,
     )
 
 
-@pytest.fixture(scope="module", params=["silu", "relu2"])
+def reference_backend(weights, kv: str, block: int = 64) -> GenericBackend:
+    cache = KVCacheConfig(dtype=kv, block_size=block)
+    return GenericBackend(ReferenceProvider(), weights, kv_cache=cache)
+
+
+def cuda_backend(weights, kv: str, engine: str, block: int = 64) -> GenericBackend:
+    opts = dict(kv_cache=KVCacheConfig(dtype=kv, block_size=block))
+    if engine == "generic":
+        return GenericBackend(_emulated(), weights, **opts)
+    backend = CudaBackend(_emulated(), weights, **opts)
+    backend.use_graphs = engine == "graphs"
+    return backend
+
+
+# (engine, KV dtype): the generic engine as before; the fused one replaying graphs
+# (test_graphs_replay_as_the_kernels_run checks graphs against eager launches)
+ENGINES = [("generic", "float32"), ("graphs", "float32"), ("graphs", "float16")]
+
+
+@pytest.fixture(
+    scope="module",
+    params=[(a, e, kv) for a in ("silu", "relu2") for e, kv in ENGINES],
+    ids=lambda p: "-".join(p),
+)
 def models(request):
-    weights = random_weights(small_config(request.param), seed=7)
-    return (
-        Model.from_weights(weights, device="cpu-reference"),
-        Model(GenericBackend(_emulated(), weights)),
-    )
+    activation, engine, kv = request.param
+    weights = random_weights(small_config(activation), seed=7)
+    return Model(reference_backend(weights, kv)), Model(cuda_backend(weights, kv, engine))
 
 
 def _close(got: np.ndarray, want: np.ndarray) -> None:
@@ -94,3 +121,64 @@ def test_greedy_tokens(models):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     want = ref_model.generate_ids(prompt, max_tokens=12, temperature=0.0)
     assert cuda_model.generate_ids(prompt, max_tokens=12, temperature=0.0) == want
+
+
+@pytest.mark.parametrize("kv", ["float32", "float16"])
+def test_graphs_replay_as_the_kernels_run(kv: str) -> None:
+    """Decode steps replayed from CUDA graphs give the logits of the same kernels run
+    one by one, bit for bit, as the position moves and the cache grows (a new graph
+    per cache layout); the split attention has 4 to 18 splits, some of them empty.
+
+    Against the generic engine on the same emulated device (its attention unsplit)
+    at every step, against the reference for the first 25: at step 29 an int8 code at
+    a quantizer tie goes the other way on every CUDA engine alike (measured).
+    """
+    weights = random_weights(small_config("relu2", context=70), seed=3)
+    ref, generic = reference_backend(weights, kv, 16), cuda_backend(weights, kv, "generic", 16)
+    graphs, eager = cuda_backend(weights, kv, "graphs", 16), cuda_backend(weights, kv, "fused", 16)
+    for b in (graphs, eager):
+        b.keys_per_split = 4
+    engines = (ref, generic, graphs, eager)
+    seqs = [b.new_cache() for b in engines]
+    for b, s in zip(engines, seqs, strict=True):
+        b.forward([7, 7, 2], s)
+    for step in range(67):
+        tok = (step * 37) % 300
+        want, unsplit, got, launched = (
+            b.forward([tok], s) for b, s in zip(engines, seqs, strict=True)
+        )
+        np.testing.assert_array_equal(got, launched)
+        _close(got, unsplit)
+        if step < 25:
+            _close(got, want)
+    assert seqs[2].length == 70
+    layouts = {key[-2][0] for key in graphs._graphs}
+    assert layouts == {16, 32, 64, 80}  # capacities: blocks of 16 tokens, doubling
+
+
+def test_failed_capture_falls_back_to_launches(caplog) -> None:
+    weights = random_weights(small_config("silu"), seed=5)
+    ref, cuda = reference_backend(weights, "float32"), cuda_backend(weights, "float32", "graphs")
+
+    def refuse() -> None:
+        raise RuntimeError("capture not supported")
+
+    cuda.stream.begin_capture = refuse
+    with ref.new_cache() as rs, cuda.new_cache() as cs:
+        for tok in ([1, 2], [3], [4]):
+            _close(cuda.forward(tok, cs), ref.forward(tok, rs))
+    assert not cuda.use_graphs and not cuda._graphs
+    assert "decoding without graphs" in caplog.text
+
+
+def test_emulated_capture_refuses_work_outside_kernels() -> None:
+    """The graph test above can fail: during a capture the emulator records kernels only."""
+    cp = _emulated().cp
+    x = cp.zeros((4,), dtype=np.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        for work in (lambda: cp.zeros((2,)), lambda: x + 1, lambda: x.set(np.ones(4, np.float32))):
+            with pytest.raises(RuntimeError, match="during a CUDA graph capture"):
+                work()
+        stream.end_capture()

@@ -21,7 +21,28 @@ def _kernel_file(name: str) -> Path:
 
 SOURCE = _kernel_file("bitnet_kernels.cu")
 FATBIN = _kernel_file("bitnet_kernels.fatbin")
-KERNELS = ("quantize_act", "matmul_i2s", "matmul_dense_f16", "rmsnorm", "rope", "attention")
+KERNELS = (
+    # the provider's ops
+    "quantize_act",
+    "matmul_i2s",
+    "matmul_dense_f16",
+    "matmul_dense_f32",
+    "rmsnorm",
+    "rope",
+    "attention",
+    "attention_f16",
+    # the fused decode step of backend.py
+    "matmul_i2s_add",
+    "embed_f16",
+    "embed_f32",
+    "rmsnorm_quant",
+    "act_norm_quant",
+    "rope_store",
+    "rope_store_f16",
+    "attn_split",
+    "attn_split_f16",
+    "attn_combine_norm_quant",
+)
 
 
 def load_module(cp: Any) -> tuple[Any, str]:

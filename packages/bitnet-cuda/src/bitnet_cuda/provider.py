@@ -76,6 +76,10 @@ class CudaProvider(ReferenceProvider):
     family = "cuda"
     device_kind = "gpu"
     priority = PRIORITIES["cuda"]
+    #: float16 first: half the bytes attention reads per key (llama.cpp's default too)
+    kv_dtypes = ("float16", "float32")
+    #: device memory is committed when allocated: KV caches grow block by block
+    commits_on_touch = False
 
     def __init__(self) -> None:
         self._cp: Any = None
@@ -119,6 +123,12 @@ class CudaProvider(ReferenceProvider):
             memory_free=int(free),
             cupy=cp.__version__,
         )
+
+    def make_backend(self, weights: Any, **opts: Any) -> Any:
+        """The fused, graph-captured backend (``backend.py``); None with ``BITNET_CUDA_FUSED=0``."""
+        from .backend import CudaBackend, env_enabled
+
+        return CudaBackend(self, weights, **opts) if env_enabled("BITNET_CUDA_FUSED") else None
 
     @property
     def cp(self) -> Any:
@@ -279,26 +289,24 @@ class CudaProvider(ReferenceProvider):
             raise ShapeError(
                 f"matmul_dense: {tuple(x.shape)} does not match table ({data.shape[0]}, {cols})"
             )
-        if data.dtype != np.float16:
-            return x @ self._f32(data).T
         t, n = int(x.shape[0]), int(data.shape[0])
         y = self.cp.empty((t, n), dtype=np.float32)
         if t and n:
-            grid = (-(-n // WARPS_PER_BLOCK), -(-t // MAXT))
-            self._k("matmul_dense_f16")(
-                grid,
-                (32 * WARPS_PER_BLOCK,),
-                (
-                    data,
-                    x,
-                    y,
-                    np.int32(n),
-                    np.int32(cols),
-                    np.int32(data.shape[1] // 2),
-                    np.int32(t),
-                ),
-            )
+            self.launch_dense(data, cols, x, y, t)
         return y
+
+    def launch_dense(self, data: Any, cols: int, x: Any, y: Any, t: int) -> None:
+        """y [t, n] = x [t, cols] @ data.T for an f16 (rows padded even) or f32 table."""
+        n = int(data.shape[0])
+        grid = (-(-n // WARPS_PER_BLOCK), -(-t // MAXT))
+        block = (32 * WARPS_PER_BLOCK,)
+        if data.dtype == np.float16:
+            args = (data, x, y, np.int32(n), np.int32(cols), np.int32(data.shape[1] // 2))
+            self._k("matmul_dense_f16")(grid, block, (*args, np.int32(t)))
+        else:
+            data = self._f32(data)
+            args = (data, x, y, np.int32(n), np.int32(cols), np.int32(t))
+            self._k("matmul_dense_f32")(grid, block, args)
 
     def rope(
         self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
@@ -349,11 +357,15 @@ class CudaProvider(ReferenceProvider):
             raise ShapeError(
                 f"attention: q {tuple(q.shape)} vs cache {tuple(k_cache.shape)} at {start}"
             )
+        if k_cache.dtype != v_cache.dtype or k_cache.dtype not in (np.float32, np.float16):
+            raise UnsupportedOperationError(
+                f"attention: K/V caches of {k_cache.dtype}/{v_cache.dtype} (float32 or float16)"
+            )
         out = self.cp.empty_like(q)
         if t:
             n_max = start + t
             scores = self.cp.empty((t, hq, n_max), dtype=np.float32)
-            self._k("attention")(
+            self._k("attention_f16" if k_cache.dtype == np.float16 else "attention")(
                 (t, hq),
                 (128,),
                 (

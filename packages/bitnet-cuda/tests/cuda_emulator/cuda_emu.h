@@ -51,6 +51,9 @@ struct int4 {
 struct float2 {
     float x, y;
 };
+struct __half {
+    uint16_t x;
+};
 struct __half2 {
     uint16_t x, y;
 };
@@ -62,10 +65,11 @@ enum class Wait { none, block, warp, done };
 constexpr std::size_t kStack = 64 * 1024;
 
 struct Fiber {
-    ucontext_t start;  // used once per block, to enter the fiber's stack
+    ucontext_t start;  // used once per launch, to enter the fiber's stack
     jmp_buf jb;        // every later switch: no signal-mask system call
     char *stack = nullptr;
     bool started = false;
+    unsigned shuffles = 0;  // in this block: shuffle k uses slot buffer k % 2
     dim3 tid;
     unsigned lane = 0, warp = 0;
     Wait wait = Wait::none;
@@ -74,7 +78,7 @@ struct Fiber {
 struct Grid {
     dim3 grid, block, block_idx;
     std::vector<Fiber> fibers;
-    std::vector<uint32_t> slots;  // one 32-bit value per thread, for shuffles
+    std::vector<uint32_t> slots;  // two 32-bit values per thread, for shuffles
     jmp_buf scheduler;
     Fiber *current = nullptr;
     void (*body)(void *) = nullptr;
@@ -100,11 +104,16 @@ inline void yield(Wait w) {
     if (!_setjmp(f->jb)) _longjmp(g.scheduler, 1);
 }
 
+// A fiber runs the kernel body once per block of its launch: after each block it waits
+// (done) until the scheduler resumes it for the next one, so its context is made once.
 inline void fiber_main() {
     Grid &g = *grid_state();
-    g.body(g.body_arg);
-    g.current->wait = Wait::done;
-    _longjmp(g.scheduler, 1);
+    for (;;) {
+        g.body(g.body_arg);
+        Fiber *f = g.current;
+        f->wait = Wait::done;
+        if (!_setjmp(f->jb)) _longjmp(g.scheduler, 1);
+    }
 }
 
 // run fiber f until it yields or ends
@@ -127,27 +136,26 @@ inline void run_grid(const unsigned *grid, const unsigned *block, void (*body)(v
     const unsigned n = g.block.x * g.block.y * g.block.z;
     if (n == 0 || n > 1024 || n % 32) throw std::runtime_error("emulator: block size must be 32..1024, a multiple of 32");
     g.fibers.resize(n);
-    g.slots.assign(n, 0);
-    for (unsigned i = 0; i < n; ++i) g.fibers[i].stack = stack_for(i);
+    g.slots.assign(2 * n, 0);
+    for (unsigned i = 0; i < n; ++i) {
+        Fiber &f = g.fibers[i];
+        f.stack = stack_for(i);
+        f.tid = {i % g.block.x, (i / g.block.x) % g.block.y, i / (g.block.x * g.block.y)};
+        f.lane = i % 32;
+        f.warp = i / 32;
+        getcontext(&f.start);  // (system calls: once per launch, not per block)
+        f.start.uc_stack.ss_sp = f.stack;
+        f.start.uc_stack.ss_size = kStack;
+        f.start.uc_link = nullptr;
+        makecontext(&f.start, fiber_main, 0);
+    }
     Grid *saved = grid_state();
     grid_state() = &g;
     for (unsigned bz = 0; bz < g.grid.z; ++bz)
         for (unsigned by = 0; by < g.grid.y; ++by)
             for (unsigned bx = 0; bx < g.grid.x; ++bx) {
                 g.block_idx = {bx, by, bz};
-                for (unsigned i = 0; i < n; ++i) {
-                    Fiber &f = g.fibers[i];
-                    f.tid = {i % g.block.x, (i / g.block.x) % g.block.y, i / (g.block.x * g.block.y)};
-                    f.lane = i % 32;
-                    f.warp = i / 32;
-                    f.wait = Wait::none;
-                    f.started = false;
-                    getcontext(&f.start);
-                    f.start.uc_stack.ss_sp = f.stack;
-                    f.start.uc_stack.ss_size = kStack;
-                    f.start.uc_link = nullptr;
-                    makecontext(&f.start, fiber_main, 0);
-                }
+                for (auto &f : g.fibers) f.wait = Wait::none, f.shuffles = 0;
                 for (;;) {
                     bool moved = false, all_done = true;
                     for (auto &f : g.fibers) {
@@ -188,17 +196,20 @@ inline void run_grid(const unsigned *grid, const unsigned *block, void (*body)(v
     grid_state() = saved;
 }
 
+// One warp barrier per shuffle: lanes write their value, wait for the whole warp, read
+// their partner's. Consecutive shuffles alternate between two slot buffers, so a lane
+// can only overwrite a buffer after the next shuffle's barrier, when every lane of the
+// warp has read it.
 template <class T>
 T shfl_xor(T v, int offset) {
     static_assert(sizeof(T) == 4, "32-bit shuffles only");
     Grid &g = *grid_state();
     Fiber *f = g.current;
-    const unsigned base = f->warp * 32;
+    const std::size_t base = (f->shuffles++ % 2) * g.fibers.size() + f->warp * 32;
     std::memcpy(&g.slots[base + f->lane], &v, 4);
     yield(Wait::warp);
     T r;
     std::memcpy(&r, &g.slots[base + ((f->lane ^ static_cast<unsigned>(offset)) & 31u)], 4);
-    yield(Wait::warp);
     return r;
 }
 
@@ -265,3 +276,10 @@ inline int __dp4a(int a, int b, int c) {
 inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float2 __half22float2(__half2 h) { return {bitnet_emu::half_to_float(h.x), bitnet_emu::half_to_float(h.y)}; }
+inline float __half2float(__half h) { return bitnet_emu::half_to_float(h.x); }
+inline __half __float2half_rn(float v) {  // round to nearest even, as the GPU and numpy
+    const _Float16 h = static_cast<_Float16>(v);
+    __half r;
+    std::memcpy(&r.x, &h, 2);
+    return r;
+}

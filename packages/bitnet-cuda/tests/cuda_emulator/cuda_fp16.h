@@ -1,1 +1,1 @@
-// Empty: the emulator (cuda_emu.h) defines __half2 and __half22float2.
+// Empty: the emulator (cuda_emu.h) defines __half, __half2 and their conversions.

@@ -10,6 +10,14 @@ the GPU) into a shared library called through ctypes. ``RawModule(path=...)``
 provider takes its NVRTC path with the same source. The probe sees one
 "device" of compute capability 9.0.
 
+Streams and CUDA graphs are emulated too: inside ``with stream:`` after
+``stream.begin_capture()``, kernel launches are recorded instead of run, and
+``end_capture()`` returns a graph whose ``launch()`` runs them again with the
+arguments they were given (arrays by address, scalars by value), as on the
+GPU. Anything else that would touch the device during a capture (an
+allocation, a host copy, a CuPy elementwise op on a device array) raises,
+so a captured step that leans on work done outside the graph fails here.
+
 Everything above the kernels is the real provider; what is emulated is the
 device. Speed means nothing here.
 """
@@ -45,6 +53,97 @@ def missing() -> str | None:
     return None
 
 
+class DeviceArray(np.ndarray):
+    """A "device" array: numpy's, plus CuPy's ``set``/``get`` host copies."""
+
+    def set(self, arr: np.ndarray, stream: Any = None) -> None:
+        _not_capturing("ndarray.set")
+        arr = np.asarray(arr)
+        if arr.shape != self.shape or arr.dtype != self.dtype:
+            raise ValueError(f"set: {arr.dtype}{arr.shape} into {self.dtype}{self.shape}")
+        np.copyto(self, arr)
+
+    def get(self, stream: Any = None) -> np.ndarray:
+        _not_capturing("ndarray.get")
+        return np.array(self, copy=True)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        _not_capturing(f"numpy.{ufunc.__name__}")
+        inputs = tuple(np.asarray(a) if isinstance(a, DeviceArray) else a for a in inputs)
+        if "out" in kwargs:
+            kwargs["out"] = tuple(np.asarray(a) for a in kwargs["out"])
+        out = getattr(ufunc, method)(*inputs, **kwargs)
+        return _device(out) if isinstance(out, np.ndarray) else out
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        _not_capturing("ndarray.__setitem__")
+        super().__setitem__(key, value)
+
+
+def _device(a: np.ndarray) -> DeviceArray:
+    return a.view(DeviceArray)
+
+
+class _Stream:
+    """``cupy.cuda.Stream``: the current stream inside ``with``; can capture a graph."""
+
+    _current = threading.local()
+
+    def __init__(self, non_blocking: bool = False) -> None:
+        self.non_blocking = non_blocking
+        self._capture: list[tuple[Any, ...]] | None = None
+        self._outer: list[_Stream | None] = []
+
+    def __enter__(self) -> _Stream:
+        self._outer.append(getattr(self._current, "stream", None))
+        self._current.stream = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._current.stream = self._outer.pop()
+
+    def begin_capture(self) -> None:
+        if self._capture is not None:
+            raise RuntimeError("begin_capture: the stream is already capturing")
+        self._capture = []
+
+    def is_capturing(self) -> bool:
+        return self._capture is not None
+
+    def end_capture(self) -> _Graph:
+        if self._capture is None:
+            raise RuntimeError("end_capture: the stream is not capturing")
+        graph, self._capture = _Graph(self._capture), None
+        return graph
+
+    def synchronize(self) -> None:
+        _not_capturing("Stream.synchronize")
+
+
+def _current_stream() -> _Stream | None:
+    return getattr(_Stream._current, "stream", None)
+
+
+def _not_capturing(what: str) -> None:
+    s = _current_stream()
+    if s is not None and s.is_capturing():
+        raise RuntimeError(
+            f"{what} during a CUDA graph capture (only kernel launches are captured)"
+        )
+
+
+class _Graph:
+    """``cupy.cuda.graph.Graph``: the launches of one capture, run again by ``launch``."""
+
+    def __init__(self, launches: list[tuple[Any, ...]]) -> None:
+        self.launches = launches
+
+    def launch(self, stream: Any = None) -> None:
+        _not_capturing("Graph.launch")
+        for kernel, grid, block, args in self.launches:
+            kernel.run(grid, block, args)
+
+
 class _Kernel:
     def __init__(self, lib: ctypes.CDLL, name: str) -> None:
         self.name = name
@@ -59,6 +158,13 @@ class _Kernel:
     def __call__(
         self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]
     ) -> None:
+        stream = _current_stream()
+        if stream is not None and stream._capture is not None:
+            stream._capture.append((self, tuple(grid), tuple(block), tuple(args)))
+        else:
+            self.run(grid, block, args)
+
+    def run(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> None:
         keep = []
         ptrs = (ctypes.c_void_p * len(args))()
         for i, a in enumerate(args):
@@ -149,20 +255,37 @@ class EmulatedCuPy:
 
     __version__ = "emulator"
     RawModule = _RawModule
-    cuda = SimpleNamespace(runtime=_Runtime(), Device=lambda *_: SimpleNamespace(id=0))
+    cuda = SimpleNamespace(
+        runtime=_Runtime(),
+        Device=lambda *_: SimpleNamespace(id=0),
+        Stream=_Stream,
+        get_current_stream=_current_stream,
+    )
 
     @staticmethod
-    def asarray(a: Any, dtype: Any = None) -> np.ndarray:
-        return np.array(a, dtype=dtype, copy=True)  # a host-to-device copy, as CuPy's
+    def asarray(a: Any, dtype: Any = None) -> DeviceArray:
+        _not_capturing("cupy.asarray")
+        return _device(np.array(a, dtype=dtype, copy=True))  # a host-to-device copy
 
     @staticmethod
     def asnumpy(a: Any) -> np.ndarray:
+        _not_capturing("cupy.asnumpy")
         return np.array(a, copy=True)
 
     @staticmethod
     def exp(x: Any) -> np.ndarray:
+        _not_capturing("cupy.exp")
         with np.errstate(over="ignore"):  # inf, silently, as on the GPU
-            return np.exp(x)
+            return _device(np.asarray(np.exp(np.asarray(x))))
 
     def __getattr__(self, name: str) -> Any:  # zeros, empty, empty_like, maximum, ...
-        return getattr(np, name)
+        fn = getattr(np, name)
+        if isinstance(fn, type) or not callable(fn):  # dtypes, classes, constants
+            return fn
+
+        def device_fn(*args: Any, **kwargs: Any) -> Any:
+            _not_capturing(f"cupy.{name}")
+            out = fn(*args, **kwargs)
+            return _device(out) if isinstance(out, np.ndarray) else out
+
+        return device_fn

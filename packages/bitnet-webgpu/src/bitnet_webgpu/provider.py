@@ -75,6 +75,10 @@ class WebGPUProvider(ReferenceProvider):
     family = "webgpu"
     device_kind = "gpu"
     priority = PRIORITIES["webgpu"]
+    #: the attention shader reads float32 caches only (not the reference's float16 too)
+    kv_dtypes = ("float32",)
+    #: storage buffers are committed when created: KV caches grow block by block
+    commits_on_touch = False
 
     def __init__(self) -> None:
         self._dev: Device | None = None

@@ -311,11 +311,31 @@ def check_attention(
 ) -> None:
     """A sequence of (start, T) steps: kv_store K and V, then attention, like a real decode.
 
-    The first ``store_only`` steps only fill the cache (a long prefill is costly for numpy).
+    Run once per KV cache dtype the provider declares (``kv_dtypes``: a float16
+    cache is checked against the reference on the same float16 cache). The
+    first ``store_only`` steps only fill the cache (a long prefill is costly for numpy).
     """
-    shape = (cache_len, hkv, d)
-    ref_k = np.full(shape, np.nan, dtype=np.float32)
-    ref_v = np.full(shape, np.nan, dtype=np.float32)
+    from ..model.backend import provider_kv_dtypes
+
+    for kv_dtype in provider_kv_dtypes(p):
+        _check_attention_steps(
+            p, rng, (cache_len, hkv, d), hq, steps, q_scale, store_only, kv_dtype
+        )
+
+
+def _check_attention_steps(
+    p: Any,
+    rng: np.random.Generator,
+    shape: tuple[int, int, int],
+    hq: int,
+    steps: tuple[tuple[int, int], ...],
+    q_scale: float,
+    store_only: int,
+    kv_dtype: str,
+) -> None:
+    cache_len, hkv, d = shape
+    ref_k = np.full(shape, np.nan, dtype=kv_dtype)
+    ref_v = np.full(shape, np.nan, dtype=kv_dtype)
     k_dev, v_dev = upload(p, ref_k), upload(p, ref_v)
     for step, (start, t) in enumerate(steps):
         k = rng.standard_normal((t, hkv, d)).astype(np.float32)
@@ -325,7 +345,7 @@ def check_attention(
         REFERENCE.kv_store(ref_v, v, start)
         p.kv_store(k_dev, upload(p, k), start)
         p.kv_store(v_dev, upload(p, v), start)
-        what = f"cache [{cache_len}, {hkv}, {d}], step (start={start}, T={t})"
+        what = f"{kv_dtype} cache [{cache_len}, {hkv}, {d}], step (start={start}, T={t})"
         for name, dev, ref in (("k", k_dev, ref_k), ("v", v_dev, ref_v)):
             assert_close(f"kv_store {name} {what}", download(p, dev), ref)
         if step < store_only:

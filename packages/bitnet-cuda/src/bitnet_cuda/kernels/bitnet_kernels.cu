@@ -8,11 +8,24 @@
 //   = dot(x, value).
 // - activations: int8 [T, kp] (kp = kw * 16, zero padded) read as int32 words,
 //   with per-row scale (127 / absmax) and per-row sum of the int8 values.
+// - KV cache: [capacity, kv_heads, head_dim] in float32 or float16 (kernels with
+//   an _f16 suffix); values are converted to float32 as they are read.
+//
+// The kernels after "fused decode step" are the CUDA backend's (backend.py): they
+// read the token ids and the position from device memory, so one decode step can
+// be captured in a CUDA graph and replayed at every position.
 #include <cuda_fp16.h>
 #include <stdint.h>
 
 #define WARP 32
-#define MAXT 8  // tokens a GEMV block handles at once
+#define MAXT 8        // tokens a GEMV block handles at once
+#define MAXD 256      // head_dim limit of the split (flash-decoding) attention
+#define MAX_PARTS 4096  // heads x splits of one split attention
+
+__device__ __forceinline__ float load_f(const float* p, size_t i) { return p[i]; }
+__device__ __forceinline__ float load_f(const __half* p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ void store_f(float* p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store_f(__half* p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -83,10 +96,12 @@ extern "C" __global__ void quantize_act(const float* __restrict__ x, int8_t* __r
 
 // Ternary x int8 GEMV/GEMM tile: one warp per output row, MAXT tokens per block row.
 // Each lane loads 16 bytes of weights (64 codes) and 4 x 16 bytes of activations.
-extern "C" __global__ void matmul_i2s(const uint4* __restrict__ w, const float* __restrict__ wscale,
-                                      const int4* __restrict__ xq, const float* __restrict__ xscale,
-                                      const int* __restrict__ xsum, float* __restrict__ y,
-                                      int n, int kw4, int t_total) {
+// With ADD, y += the product (the residual connection; y may be read and written).
+template <bool ADD>
+__device__ void matmul_i2s_body(const uint4* __restrict__ w, const float* __restrict__ wscale,
+                                const int4* __restrict__ xq, const float* __restrict__ xscale,
+                                const int* __restrict__ xsum, float* y, int n, int kw4,
+                                int t_total) {
     const int lane = threadIdx.x % WARP;
     const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     const int t0 = blockIdx.y * MAXT;
@@ -123,9 +138,22 @@ extern "C" __global__ void matmul_i2s(const uint4* __restrict__ w, const float* 
         const int total = warp_sum_i(acc[tt]);
         if (lane == 0) {
             const int t = t0 + tt;
-            y[(size_t)t * n + row] = (float)(total - xsum[t]) * ws / xscale[t];
+            const float v = (float)(total - xsum[t]) * ws / xscale[t];
+            y[(size_t)t * n + row] = ADD ? y[(size_t)t * n + row] + v : v;
         }
     }
+}
+extern "C" __global__ void matmul_i2s(const uint4* __restrict__ w, const float* __restrict__ wscale,
+                                      const int4* __restrict__ xq, const float* __restrict__ xscale,
+                                      const int* __restrict__ xsum, float* y, int n, int kw4,
+                                      int t_total) {
+    matmul_i2s_body<false>(w, wscale, xq, xscale, xsum, y, n, kw4, t_total);
+}
+extern "C" __global__ void matmul_i2s_add(const uint4* __restrict__ w, const float* __restrict__ wscale,
+                                          const int4* __restrict__ xq, const float* __restrict__ xscale,
+                                          const int* __restrict__ xsum, float* y, int n, int kw4,
+                                          int t_total) {
+    matmul_i2s_body<true>(w, wscale, xq, xscale, xsum, y, n, kw4, t_total);
 }
 
 // y[t, n] = sum_k x[t, k] * table[n, k] with an f16 table (rows padded to even k): the tied head.
@@ -150,6 +178,34 @@ extern "C" __global__ void matmul_dense_f16(const __half2* __restrict__ table, c
             float v = wv.x * xr[k0];
             if (k0 + 1 < k) v += wv.y * xr[k0 + 1];
             acc[tt] += v;
+        }
+    }
+#pragma unroll
+    for (int tt = 0; tt < MAXT; tt++) {
+        if (tt >= tcount) break;
+        const float total = warp_sum(acc[tt]);
+        if (lane == 0) y[(size_t)(t0 + tt) * n + row] = total;
+    }
+}
+
+// The same with a float32 table (an untied output head kept in float32).
+extern "C" __global__ void matmul_dense_f32(const float* __restrict__ table, const float* __restrict__ x,
+                                            float* __restrict__ y, int n, int k, int t_total) {
+    const int lane = threadIdx.x % WARP;
+    const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    const int t0 = blockIdx.y * MAXT;
+    const int tcount = min(MAXT, t_total - t0);
+    if (row >= n) return;
+    float acc[MAXT];
+#pragma unroll
+    for (int tt = 0; tt < MAXT; tt++) acc[tt] = 0.0f;
+    const float* trow = table + (size_t)row * k;
+    for (int i = lane; i < k; i += WARP) {
+        const float wv = __ldg(trow + i);
+#pragma unroll
+        for (int tt = 0; tt < MAXT; tt++) {
+            if (tt >= tcount) break;
+            acc[tt] += wv * x[(size_t)(t0 + tt) * k + i];
         }
     }
 #pragma unroll
@@ -206,10 +262,11 @@ extern "C" __global__ void rope(const float* __restrict__ x, const int* __restri
 
 // Causal GQA attention over a cache [S, Hkv, D]: one block per (query t, head h).
 // Scores go to a global scratch [T, Hq, n] so any context length fits.
-extern "C" __global__ void attention(const float* __restrict__ q, const float* __restrict__ kc,
-                                     const float* __restrict__ vc, float* __restrict__ scores,
-                                     float* __restrict__ out, int hq, int hkv, int d, int start,
-                                     int n_max, float scale) {
+template <typename KV>
+__device__ void attention_body(const float* __restrict__ q, const KV* __restrict__ kc,
+                               const KV* __restrict__ vc, float* __restrict__ scores,
+                               float* __restrict__ out, int hq, int hkv, int d, int start,
+                               int n_max, float scale) {
     __shared__ float red[32];
     const int t = blockIdx.x, h = blockIdx.y;
     const int kvh = h / (hq / hkv);
@@ -218,9 +275,9 @@ extern "C" __global__ void attention(const float* __restrict__ q, const float* _
     float* sc = scores + ((size_t)t * hq + h) * n_max;
     float m = -3.0e38f;
     for (int s = threadIdx.x; s < n; s += blockDim.x) {
-        const float* kv = kc + ((size_t)s * hkv + kvh) * d;
+        const size_t kv = ((size_t)s * hkv + kvh) * d;
         float acc = 0.0f;
-        for (int i = 0; i < d; i++) acc += qv[i] * kv[i];
+        for (int i = 0; i < d; i++) acc += qv[i] * load_f(kc, kv + i);
         acc *= scale;
         sc[s] = acc;
         m = fmaxf(m, acc);
@@ -236,7 +293,270 @@ extern "C" __global__ void attention(const float* __restrict__ q, const float* _
     const float inv = 1.0f / sum;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float acc = 0.0f;
-        for (int s = 0; s < n; s++) acc += sc[s] * vc[((size_t)s * hkv + kvh) * d + i];
+        for (int s = 0; s < n; s++) acc += sc[s] * load_f(vc, ((size_t)s * hkv + kvh) * d + i);
         out[((size_t)t * hq + h) * d + i] = acc * inv;
     }
+}
+extern "C" __global__ void attention(const float* __restrict__ q, const float* __restrict__ kc,
+                                     const float* __restrict__ vc, float* __restrict__ scores,
+                                     float* __restrict__ out, int hq, int hkv, int d, int start,
+                                     int n_max, float scale) {
+    attention_body(q, kc, vc, scores, out, hq, hkv, d, start, n_max, scale);
+}
+extern "C" __global__ void attention_f16(const float* __restrict__ q, const __half* __restrict__ kc,
+                                         const __half* __restrict__ vc, float* __restrict__ scores,
+                                         float* __restrict__ out, int hq, int hkv, int d, int start,
+                                         int n_max, float scale) {
+    attention_body(q, kc, vc, scores, out, hq, hkv, d, start, n_max, scale);
+}
+
+// ---------------------------------------------------------------------------------------
+// Fused decode step (backend.py). `ids` and `pos` are device buffers written before each
+// step; everything else a step touches stays at fixed addresses.
+
+// x[t, :] = table[ids[t], :] (float32 out); `stride` is the table's row length in elements.
+template <typename TAB>
+__device__ void embed_body(const TAB* __restrict__ table, const int* __restrict__ ids,
+                           float* __restrict__ x, int d, int stride) {
+    const size_t row = (size_t)ids[blockIdx.x] * stride;
+    for (int i = threadIdx.x; i < d; i += blockDim.x)
+        x[(size_t)blockIdx.x * d + i] = load_f(table, row + i);
+}
+extern "C" __global__ void embed_f16(const __half* __restrict__ table, const int* __restrict__ ids,
+                                     float* __restrict__ x, int d, int stride) {
+    embed_body(table, ids, x, d, stride);
+}
+extern "C" __global__ void embed_f32(const float* __restrict__ table, const int* __restrict__ ids,
+                                     float* __restrict__ x, int d, int stride) {
+    embed_body(table, ids, x, d, stride);
+}
+
+// The second half of rmsnorm + quantize_act for one row of d values that this thread wrote
+// (or may read) at i = threadIdx.x + j * blockDim.x; `ss` is its part of the sum of squares.
+// The same float operations in the same order as rmsnorm then quantize_act.
+__device__ void norm_quant_row(const float* row, float ss, const float* __restrict__ g, float eps,
+                               int d, int kp, int8_t* __restrict__ xq, float* __restrict__ scale,
+                               int* __restrict__ xsum, float* red) {
+    ss = block_sum(ss, red);
+    const float inv = rsqrtf(ss / (float)d + eps);
+    float m = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) m = fmaxf(m, fabsf(row[i] * inv * g[i]));
+    m = block_max(m, red);
+    const float s = 127.0f / fmaxf(m, 1e-5f);
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < kp; i += blockDim.x) {
+        int q = 0;
+        if (i < d) {
+            q = __float2int_rn(row[i] * inv * g[i] * s);
+            q = max(-128, min(127, q));
+        }
+        xq[i] = (int8_t)q;
+        acc += (float)q;
+    }
+    acc = block_sum(acc, red);
+    if (threadIdx.x == 0) {
+        *scale = s;
+        *xsum = (int)acc;
+    }
+}
+
+// quantize_act(rmsnorm(x, g)) for rows of d: one block per row.
+extern "C" __global__ void rmsnorm_quant(const float* __restrict__ x, const float* __restrict__ g,
+                                         int8_t* __restrict__ xq, float* __restrict__ scale,
+                                         int* __restrict__ xsum, int d, int kp, float eps) {
+    __shared__ float red[32];
+    const int t = blockIdx.x;
+    const float* row = x + (size_t)t * d;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += row[i] * row[i];
+    norm_quant_row(row, ss, g, eps, d, kp, xq + (size_t)t * kp, scale + t, xsum + t, red);
+}
+
+// f = act(gate) * up from gu = [gate | up] (rows of 2f), then quantize_act(rmsnorm(f, g)).
+// act 0: SiLU, 1: relu^2. One block per row; f is written out as scratch.
+extern "C" __global__ void act_norm_quant(const float* __restrict__ gu, float* __restrict__ f,
+                                          const float* __restrict__ g, int8_t* __restrict__ xq,
+                                          float* __restrict__ scale, int* __restrict__ xsum,
+                                          int n, int kp, int act, float eps) {
+    __shared__ float red[32];
+    const int t = blockIdx.x;
+    const float* gate = gu + (size_t)t * 2 * n;
+    float* row = f + (size_t)t * n;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float a = gate[i];
+        float v;
+        if (act == 0) {
+            v = a / (1.0f + expf(-a)) * gate[n + i];
+        } else {
+            const float r = fmaxf(a, 0.0f);
+            v = r * r * gate[n + i];
+        }
+        row[i] = v;
+        ss += v * v;
+    }
+    norm_quant_row(row, ss, g, eps, n, kp, xq + (size_t)t * kp, scale + t, xsum + t, red);
+}
+
+// Rotate q and k of qkv [T, (hq + 2 hkv) d] at positions pos[0] + t; q goes to q_out
+// [T, hq, d], k and v into the caches at those positions. One block per (t, head).
+template <typename OUT>
+__device__ void rope_row(const float* __restrict__ src, OUT* dst, int p, int d, int rot,
+                         int style, float log2_theta) {
+    const int half = rot / 2;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const int a = style == 0 ? i : 2 * i;
+        const int b = style == 0 ? i + half : 2 * i + 1;
+        const float freq = exp2f(-log2_theta * (float)(2 * i) / (float)rot);
+        float sn, cs;
+        sincosf((float)p * freq, &sn, &cs);
+        const float xa = src[a], xb = src[b];
+        store_f(dst, a, xa * cs - xb * sn);
+        store_f(dst, b, xb * cs + xa * sn);
+    }
+    for (int e = rot + threadIdx.x; e < d; e += blockDim.x) store_f(dst, e, src[e]);
+}
+template <typename KV>
+__device__ void rope_store_body(const float* __restrict__ qkv, const int* __restrict__ pos,
+                                float* __restrict__ q_out, KV* __restrict__ kc,
+                                KV* __restrict__ vc, int hq, int hkv, int d, int rot, int style,
+                                float log2_theta) {
+    const int t = blockIdx.x, hh = blockIdx.y;
+    const int p = pos[0] + t;
+    const float* src = qkv + ((size_t)t * (hq + 2 * hkv) + hh) * d;
+    if (hh < hq) {
+        rope_row(src, q_out + ((size_t)t * hq + hh) * d, p, d, rot, style, log2_theta);
+    } else if (hh < hq + hkv) {
+        rope_row(src, kc + ((size_t)p * hkv + (hh - hq)) * d, p, d, rot, style, log2_theta);
+    } else {
+        KV* dst = vc + ((size_t)p * hkv + (hh - hq - hkv)) * d;
+        for (int i = threadIdx.x; i < d; i += blockDim.x) store_f(dst, i, src[i]);
+    }
+}
+extern "C" __global__ void rope_store(const float* __restrict__ qkv, const int* __restrict__ pos,
+                                      float* __restrict__ q_out, float* __restrict__ kc,
+                                      float* __restrict__ vc, int hq, int hkv, int d, int rot,
+                                      int style, float log2_theta) {
+    rope_store_body(qkv, pos, q_out, kc, vc, hq, hkv, d, rot, style, log2_theta);
+}
+extern "C" __global__ void rope_store_f16(const float* __restrict__ qkv, const int* __restrict__ pos,
+                                          float* __restrict__ q_out, __half* __restrict__ kc,
+                                          __half* __restrict__ vc, int hq, int hkv, int d, int rot,
+                                          int style, float log2_theta) {
+    rope_store_body(qkv, pos, q_out, kc, vc, hq, hkv, d, rot, style, log2_theta);
+}
+
+// Split ("flash-decoding") attention of one query at position pos[0] over keys 0..pos[0]:
+// block (h, s) of `splits` takes one contiguous chunk of the keys, each of its warps every
+// 4th key of it (lanes split the head dimension: coalesced loads), with an online softmax.
+// Each block writes its max, sum of exponentials and unnormalized output [d] to part_*;
+// attn_combine_norm_quant merges the splits. d <= MAXD, blockDim.x = 128.
+template <typename KV>
+__device__ void attn_split_body(const float* __restrict__ q, const KV* __restrict__ kc,
+                                const KV* __restrict__ vc, const int* __restrict__ pos,
+                                float* __restrict__ part_m, float* __restrict__ part_l,
+                                float* __restrict__ part_acc, int hq, int hkv, int d, int splits,
+                                float scale) {
+    __shared__ float sm[4], sl[4], sacc[4][MAXD];
+    const int h = blockIdx.x, split = blockIdx.y;
+    const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
+    const int kvh = h / (hq / hkv);
+    const int n = pos[0] + 1;
+    const int chunk = (n + splits - 1) / splits;
+    const int s0 = split * chunk, s1 = min(n, s0 + chunk);
+    float qr[MAXD / WARP], acc[MAXD / WARP];
+#pragma unroll
+    for (int j = 0; j < MAXD / WARP; j++) {
+        const int i = lane + j * WARP;
+        qr[j] = i < d ? q[(size_t)h * d + i] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float m = -3.0e38f, l = 0.0f;
+    for (int s = s0 + wid; s < s1; s += 4) {
+        const size_t base = ((size_t)s * hkv + kvh) * d;
+        float dot = 0.0f;
+#pragma unroll
+        for (int j = 0; j < MAXD / WARP; j++) {
+            const int i = lane + j * WARP;
+            if (i < d) dot += qr[j] * load_f(kc, base + i);
+        }
+        const float score = warp_sum(dot) * scale;
+        const float m_new = fmaxf(m, score);
+        const float corr = expf(m - m_new), e = expf(score - m_new);
+        l = l * corr + e;
+#pragma unroll
+        for (int j = 0; j < MAXD / WARP; j++) {
+            const int i = lane + j * WARP;
+            if (i < d) acc[j] = acc[j] * corr + e * load_f(vc, base + i);
+        }
+        m = m_new;
+    }
+    if (lane == 0) sm[wid] = m, sl[wid] = l;
+#pragma unroll
+    for (int j = 0; j < MAXD / WARP; j++) {
+        const int i = lane + j * WARP;
+        if (i < d) sacc[wid][i] = acc[j];
+    }
+    __syncthreads();
+    const float mm = fmaxf(fmaxf(sm[0], sm[1]), fmaxf(sm[2], sm[3]));
+    float w[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) w[k] = expf(sm[k] - mm);
+    const size_t part = (size_t)h * splits + split;
+    if (threadIdx.x == 0) {
+        part_m[part] = mm;
+        part_l[part] = sl[0] * w[0] + sl[1] * w[1] + sl[2] * w[2] + sl[3] * w[3];
+    }
+    for (int i = threadIdx.x; i < d; i += blockDim.x)
+        part_acc[part * d + i] =
+            sacc[0][i] * w[0] + sacc[1][i] * w[1] + sacc[2][i] * w[2] + sacc[3][i] * w[3];
+}
+extern "C" __global__ void attn_split(const float* __restrict__ q, const float* __restrict__ kc,
+                                      const float* __restrict__ vc, const int* __restrict__ pos,
+                                      float* __restrict__ part_m, float* __restrict__ part_l,
+                                      float* __restrict__ part_acc, int hq, int hkv, int d,
+                                      int splits, float scale) {
+    attn_split_body(q, kc, vc, pos, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
+}
+extern "C" __global__ void attn_split_f16(const float* __restrict__ q, const __half* __restrict__ kc,
+                                          const __half* __restrict__ vc, const int* __restrict__ pos,
+                                          float* __restrict__ part_m, float* __restrict__ part_l,
+                                          float* __restrict__ part_acc, int hq, int hkv, int d,
+                                          int splits, float scale) {
+    attn_split_body(q, kc, vc, pos, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
+}
+
+// Merge attn_split's parts into out [hq * d], then quantize_act(rmsnorm(out, g)): one block.
+// hq * splits <= MAX_PARTS.
+extern "C" __global__ void attn_combine_norm_quant(const float* __restrict__ part_m,
+                                                   const float* __restrict__ part_l,
+                                                   const float* __restrict__ part_acc,
+                                                   float* __restrict__ out,
+                                                   const float* __restrict__ g,
+                                                   int8_t* __restrict__ xq, float* __restrict__ scale,
+                                                   int* __restrict__ xsum, int hq, int d,
+                                                   int splits, int kp, float eps) {
+    __shared__ float red[32];
+    __shared__ float weight[MAX_PARTS];  // exp(m_s - max) / sum, per head and split
+    for (int h = threadIdx.x; h < hq; h += blockDim.x) {
+        const float* pm = part_m + (size_t)h * splits;
+        const float* pl = part_l + (size_t)h * splits;
+        float mm = -3.0e38f;
+        for (int s = 0; s < splits; s++) mm = fmaxf(mm, pm[s]);
+        float total = 0.0f;
+        for (int s = 0; s < splits; s++) total += pl[s] * expf(pm[s] - mm);
+        for (int s = 0; s < splits; s++) weight[h * splits + s] = expf(pm[s] - mm) / total;
+    }
+    __syncthreads();
+    const int dim = hq * d;
+    float ss = 0.0f;
+    for (int e = threadIdx.x; e < dim; e += blockDim.x) {
+        const int h = e / d, i = e % d;
+        float v = 0.0f;
+        for (int s = 0; s < splits; s++)
+            v += weight[h * splits + s] * part_acc[((size_t)h * splits + s) * d + i];
+        out[e] = v;
+        ss += v * v;
+    }
+    norm_quant_row(out, ss, g, eps, dim, kp, xq, scale, xsum, red);
 }

@@ -1,0 +1,345 @@
+"""The CUDA backend: a forward pass in ten kernels a layer, decode steps as CUDA graphs.
+
+The generic engine (``bitnet_core.model.GenericBackend``) calls ~25 provider
+ops a layer, each a Python call and a CuPy launch, some of them CuPy
+elementwise kernels and new allocations. On a GPU that decodes a 2B model's
+layer in tens of microseconds, launch overhead would be most of the time.
+``CudaBackend`` keeps the generic engine's weights upload, KV cache,
+locking and chunked prefill, and replaces its forward pass with the fused
+kernels of ``kernels/bitnet_kernels.cu`` (after "fused decode step")::
+
+    rmsnorm_quant(x)             -> q|k|v in one ternary matmul (weights fused at load)
+    rope_store                   -> q rotated, k rotated and v written into the cache
+    attn_split + attn_combine_norm_quant   (decode: flash-decoding over the cache)
+    attention + rmsnorm_quant              (prefill)
+    matmul_i2s_add               -> x += o(...)            (the residual in the epilogue)
+    rmsnorm_quant(x)             -> gate|up in one ternary matmul
+    act_norm_quant               -> act(gate) * up, ffn_sub_norm, int8
+    matmul_i2s_add               -> x += down(...)
+
+The token ids and the position are read from device buffers, so a decode
+step (one token) touches the same addresses at every position: it is
+captured once in a CUDA graph per KV cache layout (the cache's arrays change
+when a sequence's cache grows) and replayed, one launch a token instead of
+~300. Everything runs on the backend's own stream.
+
+``BITNET_CUDA_FUSED=0`` keeps the generic engine; ``BITNET_CUDA_GRAPHS=0``
+runs the fused kernels without graphs. ``quantize_activations=False``
+always takes the generic path (float matmuls, for debugging).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bitnet_core.model.backend import GenericBackend
+from bitnet_core.model.kv_cache import Sequence
+
+from .provider import MAXT, WARPS_PER_BLOCK, CudaProvider, CudaTernary, _PaddedF16
+
+log = logging.getLogger("bitnet")
+
+_OFF = ("0", "false", "no", "off")
+NORM_THREADS = 256  # the provider's rmsnorm/quantize_act blocks: same sums, same rounding
+COMBINE_THREADS = 512
+ATTN_THREADS = 128  # attn_split: 4 warps
+ROPE_THREADS = 64
+MAX_D = 256  # kernels' MAXD: head_dim limit of attn_split
+MAX_PARTS = 4096  # kernels' MAX_PARTS: heads x splits
+MAX_GRAPHS = 8  # captured decode steps kept (least recently used dropped)
+
+
+def env_enabled(name: str) -> bool:
+    """``name`` is unset or not one of ``0``, ``false``, ``no``, ``off``."""
+    return os.environ.get(name, "1").strip().lower() not in _OFF
+
+
+def device_address(array: Any) -> int:
+    """The device address of a CuPy array (a numpy one's host address in the emulator)."""
+    iface = getattr(array, "__cuda_array_interface__", None) or array.__array_interface__
+    return int(iface["data"][0])
+
+
+def padded_cols(k: int) -> int:
+    """The int8 row length the matmul kernels read for ``k`` columns (a multiple of 64)."""
+    return max(1, -(-k // 64)) * 64
+
+
+def split_count(capacity: int, heads: int, keys_per_split: int = 128) -> int:
+    """Key splits of the decode attention over a cache of ``capacity`` (at most 64)."""
+    return max(1, min(64, capacity // keys_per_split, MAX_PARTS // heads))
+
+
+@dataclass(eq=False)
+class FusedTernary:
+    """Ternary weights of several linears stacked by rows (q|k|v or gate|up)."""
+
+    words: Any
+    scales: Any
+    rows: int
+
+
+def fuse_ternary(cp: Any, parts: list[CudaTernary]) -> FusedTernary:
+    """One matrix of ``parts`` stacked by rows; each part becomes a view of it (no copy kept)."""
+    words = cp.concatenate([p.words for p in parts])
+    scales = cp.concatenate([p.scales for p in parts])
+    row = 0
+    for p in parts:
+        p.words, p.scales = words[row : row + p.rows], scales[row : row + p.rows]
+        row += p.rows
+    return FusedTernary(words, scales, row)
+
+
+@dataclass(eq=False)
+class FusedLayer:
+    attn_norm: Any
+    attn_sub_norm: Any
+    ffn_norm: Any
+    ffn_sub_norm: Any
+    qkv: FusedTernary
+    o: CudaTernary
+    gate_up: FusedTernary
+    down: CudaTernary
+
+
+class StepBuffers:
+    """Every array a forward pass of ``t`` tokens writes (kept for decode: fixed addresses)."""
+
+    def __init__(self, cp: Any, cfg: Any, t: int, head_rows: int) -> None:
+        hidden, qdim = cfg.hidden_size, cfg.num_heads * cfg.head_dim
+        qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
+        f = cfg.intermediate_size
+        self.t = t
+        self.ids = cp.zeros((t,), dtype=np.int32)
+        self.pos = cp.zeros((1,), dtype=np.int32)
+        self.x = cp.zeros((t, hidden), dtype=np.float32)
+        self.xq = cp.zeros((t, padded_cols(hidden)), dtype=np.int8)  # norm(x), int8
+        self.qkv = cp.zeros((t, qkv), dtype=np.float32)
+        self.q = cp.zeros((t, cfg.num_heads, cfg.head_dim), dtype=np.float32)
+        self.att = cp.zeros((t, qdim), dtype=np.float32)
+        self.aq = cp.zeros((t, padded_cols(qdim)), dtype=np.int8)  # norm(attention), int8
+        self.gu = cp.zeros((t, 2 * f), dtype=np.float32)
+        self.f = cp.zeros((t, f), dtype=np.float32)
+        self.fq = cp.zeros((t, padded_cols(f)), dtype=np.int8)  # norm(act(gate) * up), int8
+        # per-row scale and sum of the int8 rows above
+        self.xs, self.as_, self.fs = (cp.zeros((t,), dtype=np.float32) for _ in range(3))
+        self.xsum, self.asum, self.fsum = (cp.zeros((t,), dtype=np.int32) for _ in range(3))
+        self.head_x = cp.zeros((head_rows, hidden), dtype=np.float32)
+        self.logits = cp.zeros((head_rows, cfg.vocab_size), dtype=np.float32)
+        if t == 1:  # the decode attention's per-split results
+            parts = cfg.num_heads * min(64, MAX_PARTS // cfg.num_heads)
+            self.part_m = cp.zeros((parts,), dtype=np.float32)
+            self.part_l = cp.zeros((parts,), dtype=np.float32)
+            self.part_acc = cp.zeros((parts * cfg.head_dim,), dtype=np.float32)
+
+
+class CudaBackend(GenericBackend):
+    """``GenericBackend`` with the fused forward pass and graph-captured decode steps."""
+
+    #: cache capacity per split of the decode attention (fewer: more, shorter splits)
+    keys_per_split = 128
+
+    def __init__(self, provider: CudaProvider, weights: Any, **opts: Any) -> None:
+        super().__init__(provider, weights, **opts)
+        cfg = self.config
+        self.fused = self.quantize_activations and cfg.head_dim <= MAX_D
+        self.use_graphs = env_enabled("BITNET_CUDA_GRAPHS")
+        self._graphs: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+        self._warm: set[tuple[Any, ...]] = set()  # layouts whose step ran once without a graph
+        self._decode_bufs: StepBuffers | None = None
+        if not self.fused:
+            return
+        self.cp = provider.cp
+        self.stream = self.cp.cuda.Stream(non_blocking=True)
+        self._fn = {name: provider._k(name) for name in _KERNELS}
+        w = self.weights
+        self.layers = [
+            FusedLayer(
+                lw.attn_norm,
+                lw.attn_sub_norm,
+                lw.ffn_norm,
+                lw.ffn_sub_norm,
+                fuse_ternary(self.cp, [lw.q, lw.k, lw.v]),
+                lw.o,
+                fuse_ternary(self.cp, [lw.gate, lw.up]),
+                lw.down,
+            )
+            for lw in w.layers
+        ]
+        emb = w.embedding
+        self._emb = emb.data if isinstance(emb, _PaddedF16) else emb
+        self._emb_stride = int(self._emb.shape[1])
+        head = w.head
+        self._head = head.data if isinstance(head, _PaddedF16) else head
+        self._head_cols = head.cols if isinstance(head, _PaddedF16) else int(head.shape[1])
+        self._act = 0 if cfg.ffn_activation == "silu" else 1
+
+    # --- the forward pass -------------------------------------------------------------
+    def forward(self, token_ids: Any, cache: Sequence, all_logits: bool = False) -> np.ndarray:
+        if not self.fused:
+            return super().forward(token_ids, cache, all_logits)
+        with self.stream:  # cache growth copies too: one stream orders everything
+            return super().forward(token_ids, cache, all_logits)
+
+    def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
+        if not self.fused:
+            return super()._forward(ids, cache, all_logits)
+        t, start = int(ids.size), cache.length
+        cache.reserve(start + t)
+        if t == 1:
+            logits = self._decode(ids, cache, start)
+        else:
+            b = StepBuffers(self.cp, self.config, t, t if all_logits else 1)
+            self._set_inputs(b, ids, start)
+            self._launch_step(b, cache, start=start)
+            logits = self._download(b.logits)
+        cache.advance(t)
+        return logits if all_logits else logits[-1]
+
+    def _decode(self, ids: np.ndarray, cache: Sequence, start: int) -> np.ndarray:
+        if self._decode_bufs is None:
+            self._decode_bufs = StepBuffers(self.cp, self.config, 1, 1)
+        b = self._decode_bufs
+        self._set_inputs(b, ids, start)
+        graph = self._graph(b, cache) if self.use_graphs else None
+        if graph is not None:
+            graph.launch(self.stream)
+        else:
+            self._launch_step(b, cache, start=None)
+        return self._download(b.logits)
+
+    def _set_inputs(self, b: StepBuffers, ids: np.ndarray, start: int) -> None:
+        b.ids.set(np.ascontiguousarray(ids, dtype=np.int32), stream=self.stream)
+        b.pos.set(np.array([start], dtype=np.int32), stream=self.stream)
+
+    def _download(self, logits: Any) -> np.ndarray:
+        out = logits.get(stream=self.stream)
+        self.stream.synchronize()
+        return np.asarray(out, dtype=np.float32)
+
+    # --- CUDA graphs ------------------------------------------------------------------
+    def _graph(self, b: StepBuffers, cache: Sequence) -> Any:
+        """The captured decode step for this cache's arrays (captured on first use), or None."""
+        key = tuple(
+            (device_address(k), device_address(v)) for k, v in zip(cache.k, cache.v, strict=True)
+        )
+        key += (tuple(cache.k[0].shape), str(cache.k[0].dtype))
+        graph = self._graphs.get(key)
+        if graph is not None:
+            self._graphs.move_to_end(key)
+            return graph
+        if key not in self._warm:  # the first step on a layout runs uncaptured (modules load)
+            if len(self._warm) > 4 * MAX_GRAPHS:
+                self._warm.clear()
+            self._warm.add(key)
+            return None
+        try:
+            self.stream.begin_capture()
+            try:
+                self._launch_step(b, cache, start=None)
+            finally:
+                graph = self.stream.end_capture()
+        except Exception as exc:  # a driver or CuPy without capture: run the kernels as they are
+            log.warning("cuda: CUDA graph capture failed (%s); decoding without graphs", exc)
+            self.use_graphs = False
+            return None
+        self._graphs[key] = graph
+        if len(self._graphs) > MAX_GRAPHS:
+            self._warm.discard(self._graphs.popitem(last=False)[0])
+        return graph
+
+    # --- the kernels of one forward pass ------------------------------------------------
+    def _launch_step(self, b: StepBuffers, cache: Sequence, start: int | None) -> None:
+        """Every kernel of a forward pass of ``b.t`` tokens at position ``b.pos``.
+
+        ``start=None`` (decode, one token): split attention reading the position from
+        ``b.pos``, nothing that depends on it on the host, so the launches can be captured.
+        """
+        cfg, fn, i32, f32 = self.config, self._fn, np.int32, np.float32
+        t, hidden, eps = b.t, cfg.hidden_size, f32(cfg.rms_norm_eps)
+        hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        qdim, f = hq * d, cfg.intermediate_size
+        scale = f32(1.0 / math.sqrt(d))
+        emb = "embed_f16" if self._emb.dtype == np.float16 else "embed_f32"
+        fn[emb]((t,), (NORM_THREADS,), (self._emb, b.ids, b.x, i32(hidden), i32(self._emb_stride)))
+        f16_cache = cache.k[0].dtype == np.float16
+        rope_store = fn["rope_store_f16" if f16_cache else "rope_store"]
+        rope_args = (i32(hq), i32(hkv), i32(d), i32(cfg.rot_dim))
+        rope_args += (i32(0 if cfg.rope_style == "neox" else 1), f32(math.log2(cfg.rope_theta)))
+        splits = split_count(int(cache.k[0].shape[0]), hq, self.keys_per_split)
+        for i, lw in enumerate(self.layers):
+            kc, vc = cache.layer(i)
+            self._norm_quant(b.x, lw.attn_norm, b.xq, b.xs, b.xsum, t, hidden, eps)
+            self._matmul(lw.qkv, b.xq, b.xs, b.xsum, b.qkv, t, add=False)
+            rope_store((t, hq + 2 * hkv), (ROPE_THREADS,), (b.qkv, b.pos, b.q, kc, vc, *rope_args))
+            if start is None:
+                self._split_attention(b, lw, kc, vc, splits, scale, eps)
+            else:
+                n = start + t
+                scores = self.cp.empty((t, hq, n), dtype=np.float32)
+                geometry = (i32(hq), i32(hkv), i32(d), i32(start), i32(n), scale)
+                attn = fn["attention_f16" if f16_cache else "attention"]
+                attn((t, hq), (ATTN_THREADS,), (b.q, kc, vc, scores, b.att, *geometry))
+                self._norm_quant(b.att, lw.attn_sub_norm, b.aq, b.as_, b.asum, t, qdim, eps)
+            self._matmul(lw.o, b.aq, b.as_, b.asum, b.x, t, add=True)
+            self._norm_quant(b.x, lw.ffn_norm, b.xq, b.xs, b.xsum, t, hidden, eps)
+            self._matmul(lw.gate_up, b.xq, b.xs, b.xsum, b.gu, t, add=False)
+            act_args = (i32(f), i32(b.fq.shape[1]), i32(self._act), eps)
+            act_out = (b.f, lw.ffn_sub_norm, b.fq, b.fs, b.fsum)
+            fn["act_norm_quant"]((t,), (NORM_THREADS,), (b.gu, *act_out, *act_args))
+            self._matmul(lw.down, b.fq, b.fs, b.fsum, b.x, t, add=True)
+        rows = int(b.head_x.shape[0])
+        norm_args = (b.x[t - rows :], self.weights.output_norm, b.head_x, i32(hidden), eps)
+        fn["rmsnorm"]((rows,), (NORM_THREADS,), norm_args)
+        self._provider.launch_dense(self._head, self._head_cols, b.head_x, b.logits, rows)
+
+    def _split_attention(
+        self, b: StepBuffers, lw: FusedLayer, kc: Any, vc: Any, splits: int, scale: Any, eps: Any
+    ) -> None:
+        """Decode attention (position from ``b.pos``), then attn_sub_norm and int8: 2 kernels."""
+        cfg, i32 = self.config, np.int32
+        hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        parts = (b.part_m, b.part_l, b.part_acc)
+        split = self._fn["attn_split_f16" if kc.dtype == np.float16 else "attn_split"]
+        geometry = (i32(hq), i32(hkv), i32(d), i32(splits), scale)
+        split((hq, splits), (ATTN_THREADS,), (b.q, kc, vc, b.pos, *parts, *geometry))
+        out = (b.att, lw.attn_sub_norm, b.aq, b.as_, b.asum)
+        sizes = (i32(hq), i32(d), i32(splits), i32(b.aq.shape[1]), eps)
+        self._fn["attn_combine_norm_quant"]((1,), (COMBINE_THREADS,), (*parts, *out, *sizes))
+
+    def _norm_quant(
+        self, x: Any, g: Any, xq: Any, xs: Any, xsum: Any, t: int, d: int, eps: Any
+    ) -> None:
+        args = (x, g, xq, xs, xsum, np.int32(d), np.int32(xq.shape[1]), eps)
+        self._fn["rmsnorm_quant"]((t,), (NORM_THREADS,), args)
+
+    def _matmul(self, w: Any, xq: Any, xs: Any, xsum: Any, y: Any, t: int, add: bool) -> None:
+        grid = (-(-w.rows // WARPS_PER_BLOCK), -(-t // MAXT))
+        kw4 = np.int32(int(w.words.shape[1]) // 4)
+        args = (w.words, w.scales, xq, xs, xsum, y, np.int32(w.rows), kw4, np.int32(t))
+        self._fn["matmul_i2s_add" if add else "matmul_i2s"](grid, (32 * WARPS_PER_BLOCK,), args)
+
+
+_KERNELS = (
+    "embed_f16",
+    "embed_f32",
+    "rmsnorm",
+    "rmsnorm_quant",
+    "act_norm_quant",
+    "matmul_i2s",
+    "matmul_i2s_add",
+    "rope_store",
+    "rope_store_f16",
+    "attention",
+    "attention_f16",
+    "attn_split",
+    "attn_split_f16",
+    "attn_combine_norm_quant",
+)
