@@ -101,9 +101,10 @@ def _close(got: np.ndarray, want: np.ndarray) -> None:
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * scale)
 
 
-def test_prefill_logits(models):
+@pytest.mark.parametrize("length", [12, 40])  # > MAXT (dp4a tiles); >= 16: tensor cores
+def test_prefill_logits(models, length: int):
     ref_model, cuda_model = models
-    prompt = np.array([1, 5, 299, 42, 42, 7, 100, 3, 250, 11, 12, 13])  # 12 > MAXT tokens
+    prompt = (np.arange(length) * 37 + 1) % 300
     _close(cuda_model.logits(prompt), ref_model.logits(prompt))
 
 
@@ -182,3 +183,24 @@ def test_emulated_capture_refuses_work_outside_kernels() -> None:
             with pytest.raises(RuntimeError, match="during a CUDA graph capture"):
                 work()
         stream.end_capture()
+
+
+@pytest.mark.parametrize("t,k,n", [(16, 1, 1), (17, 64, 17), (33, 200, 100), (70, 129, 33)])
+@pytest.mark.parametrize("add", [False, True])
+def test_tensor_core_matmul_equals_dp4a(t: int, k: int, n: int, add: bool) -> None:
+    """matmul_i2s_mma (mma.sync, emulated lane by lane with the PTX fragment layouts)
+    computes the same int32 dots as the dp4a kernel: equal results, bit for bit."""
+    from bitnet_core.testing.ops import random_weight
+
+    rng = np.random.default_rng(t * 1000 + k + n)
+    p = _emulated()
+    assert p.tensor_cores
+    weight = p.load_ternary(random_weight(rng, n, k))
+    xq, xs = p.quantize_act(p.to_device(rng.standard_normal((t, k)).astype(np.float32) * 3))
+    start = rng.standard_normal((t, n)).astype(np.float32)
+    got, want = p.to_device(start), p.to_device(start)
+    p.launch_i2s(weight.words, weight.scales, xq.data, xs, xq.xsum, got, t, add=add)
+    p._tensor_cores = False  # the dp4a tiles
+    p.launch_i2s(weight.words, weight.scales, xq.data, xs, xq.xsum, want, t, add=add)
+    np.testing.assert_array_equal(p.to_host(got), p.to_host(want))
+    assert not np.array_equal(p.to_host(got), start)

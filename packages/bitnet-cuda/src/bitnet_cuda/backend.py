@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -42,11 +41,10 @@ import numpy as np
 from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.kv_cache import Sequence
 
-from .provider import MAXT, WARPS_PER_BLOCK, CudaProvider, CudaTernary, _PaddedF16
+from .provider import CudaProvider, CudaTernary, _PaddedF16, env_enabled
 
 log = logging.getLogger("bitnet")
 
-_OFF = ("0", "false", "no", "off")
 NORM_THREADS = 256  # the provider's rmsnorm/quantize_act blocks: same sums, same rounding
 COMBINE_THREADS = 512
 ATTN_THREADS = 128  # attn_split: 4 warps
@@ -54,11 +52,6 @@ ROPE_THREADS = 64
 MAX_D = 256  # kernels' MAXD: head_dim limit of attn_split
 MAX_PARTS = 4096  # kernels' MAX_PARTS: heads x splits
 MAX_GRAPHS = 8  # captured decode steps kept (least recently used dropped)
-
-
-def env_enabled(name: str) -> bool:
-    """``name`` is unset or not one of ``0``, ``false``, ``no``, ``off``."""
-    return os.environ.get(name, "1").strip().lower() not in _OFF
 
 
 def device_address(array: Any) -> int:
@@ -149,7 +142,9 @@ class CudaBackend(GenericBackend):
     def __init__(self, provider: CudaProvider, weights: Any, **opts: Any) -> None:
         super().__init__(provider, weights, **opts)
         cfg = self.config
-        self.fused = self.quantize_activations and cfg.head_dim <= MAX_D
+        # (kernel limits: attn_split's head_dim, attn_combine's heads x splits)
+        fits = cfg.head_dim <= MAX_D and cfg.num_heads <= MAX_PARTS
+        self.fused = self.quantize_activations and fits
         self.use_graphs = env_enabled("BITNET_CUDA_GRAPHS")
         self._graphs: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._warm: set[tuple[Any, ...]] = set()  # layouts whose step ran once without a graph
@@ -321,10 +316,7 @@ class CudaBackend(GenericBackend):
         self._fn["rmsnorm_quant"]((t,), (NORM_THREADS,), args)
 
     def _matmul(self, w: Any, xq: Any, xs: Any, xsum: Any, y: Any, t: int, add: bool) -> None:
-        grid = (-(-w.rows // WARPS_PER_BLOCK), -(-t // MAXT))
-        kw4 = np.int32(int(w.words.shape[1]) // 4)
-        args = (w.words, w.scales, xq, xs, xsum, y, np.int32(w.rows), kw4, np.int32(t))
-        self._fn["matmul_i2s_add" if add else "matmul_i2s"](grid, (32 * WARPS_PER_BLOCK,), args)
+        self._provider.launch_i2s(w.words, w.scales, xq, xs, xsum, y, t, add=add)
 
 
 _KERNELS = (
@@ -333,8 +325,6 @@ _KERNELS = (
     "rmsnorm",
     "rmsnorm_quant",
     "act_norm_quant",
-    "matmul_i2s",
-    "matmul_i2s_add",
     "rope_store",
     "rope_store_f16",
     "attention",

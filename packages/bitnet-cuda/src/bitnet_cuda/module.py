@@ -33,6 +33,8 @@ KERNELS = (
     "attention_f16",
     # the fused decode step of backend.py
     "matmul_i2s_add",
+    "matmul_i2s_mma",
+    "matmul_i2s_mma_add",
     "embed_f16",
     "embed_f32",
     "rmsnorm_quant",

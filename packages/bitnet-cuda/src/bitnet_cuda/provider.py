@@ -10,6 +10,7 @@ this package installs and reports itself unavailable where there is none.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +25,15 @@ from .module import load_module
 
 WARPS_PER_BLOCK = 8
 MAXT = 8  # tokens per GEMV block (kernels' MAXT)
+MMA_WARPS, MMA_NT = 4, 4  # matmul_i2s_mma: warps a block, 8-token groups a warp (kernels')
+#: from this many tokens a ternary matmul runs on int8 tensor cores (sm_80+)
+MMA_MIN_TOKENS = 16
 CUPY_HINT = "pip install 'bitnet-cuda[cuda12]' (or [cuda13] for a CUDA 13 driver)"
+
+
+def env_enabled(name: str) -> bool:
+    """``name`` is unset or not one of ``0``, ``false``, ``no``, ``off``."""
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def import_cupy() -> Any:
@@ -84,6 +93,8 @@ class CudaProvider(ReferenceProvider):
     def __init__(self) -> None:
         self._cp: Any = None
         self._mod: Any = None
+        self._kernels: dict[str, Any] = {}
+        self._tensor_cores: bool | None = None
         self.kernel_source = ""
 
     def _cupy_module(self) -> Any:
@@ -126,7 +137,7 @@ class CudaProvider(ReferenceProvider):
 
     def make_backend(self, weights: Any, **opts: Any) -> Any:
         """The fused, graph-captured backend (``backend.py``); None with ``BITNET_CUDA_FUSED=0``."""
-        from .backend import CudaBackend, env_enabled
+        from .backend import CudaBackend
 
         return CudaBackend(self, weights, **opts) if env_enabled("BITNET_CUDA_FUSED") else None
 
@@ -141,8 +152,21 @@ class CudaProvider(ReferenceProvider):
         return self._cp
 
     def _k(self, name: str) -> Any:
-        _ = self.cp
-        return self._mod.get_function(name)
+        fn = self._kernels.get(name)
+        if fn is None:
+            _ = self.cp
+            fn = self._kernels[name] = self._mod.get_function(name)
+        return fn
+
+    @property
+    def tensor_cores(self) -> bool:
+        """Int8 mma.sync (compute capability 8.0+), unless ``BITNET_CUDA_MMA=0``."""
+        if self._tensor_cores is None:
+            cp = self.cp
+            props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+            cc = (int(props["major"]), int(props["minor"]))
+            self._tensor_cores = cc >= (8, 0) and env_enabled("BITNET_CUDA_MMA")
+        return self._tensor_cores
 
     # --- memory ---------------------------------------------------------------------
     def to_device(self, array: np.ndarray) -> Any:
@@ -247,24 +271,33 @@ class CudaProvider(ReferenceProvider):
             )
         y = self.cp.empty((t, weight.rows), dtype=np.float32)
         if t and weight.rows:
-            kw4 = int(weight.words.shape[1]) // 4
-            grid = (-(-weight.rows // WARPS_PER_BLOCK), -(-t // MAXT))
-            self._k("matmul_i2s")(
-                grid,
-                (32 * WARPS_PER_BLOCK,),
-                (
-                    weight.words,
-                    weight.scales,
-                    xq.data,
-                    xs,
-                    xq.xsum,
-                    y,
-                    np.int32(weight.rows),
-                    np.int32(kw4),
-                    np.int32(t),
-                ),
-            )
+            self.launch_i2s(weight.words, weight.scales, xq.data, xs, xq.xsum, y, t)
         return y
+
+    def launch_i2s(
+        self,
+        words: Any,
+        scales: Any,
+        xq: Any,
+        xs: Any,
+        xsum: Any,
+        y: Any,
+        t: int,
+        add: bool = False,
+    ) -> None:
+        """y [t, rows] (+)= the ternary matmul: int8 tensor cores from ``MMA_MIN_TOKENS``
+        tokens where the GPU has them, else the dp4a GEMV tiles."""
+        rows, kw = int(words.shape[0]), int(words.shape[1])
+        if t >= MMA_MIN_TOKENS and self.tensor_cores:
+            name = "matmul_i2s_mma_add" if add else "matmul_i2s_mma"
+            grid = (-(-rows // (16 * MMA_WARPS)), -(-t // (8 * MMA_NT)))
+            block, k_words = (32 * MMA_WARPS,), kw
+        else:
+            name = "matmul_i2s_add" if add else "matmul_i2s"
+            grid = (-(-rows // WARPS_PER_BLOCK), -(-t // MAXT))
+            block, k_words = (32 * WARPS_PER_BLOCK,), kw // 4
+        args = (words, scales, xq, xs, xsum, y, np.int32(rows), np.int32(k_words), np.int32(t))
+        self._k(name)(grid, block, args)
 
     def linear(self, x: Any, weight: CudaTernary) -> Any:
         xq, xs = self.quantize_act(x)

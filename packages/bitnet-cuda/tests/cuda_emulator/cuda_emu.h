@@ -13,6 +13,7 @@
 // geometry against the numpy reference. What it cannot: GPU timing, memory
 // ordering between concurrently running blocks, the compiler's PTX.
 #pragma once
+#define BITNET_CUDA_EMULATOR 1  // the kernels' hook for what has no C++ spelling (inline PTX)
 // fibers switch with _setjmp/_longjmp between stacks, which fortified longjmp rejects
 #undef _FORTIFY_SOURCE
 #include <setjmp.h>
@@ -79,6 +80,7 @@ struct Grid {
     dim3 grid, block, block_idx;
     std::vector<Fiber> fibers;
     std::vector<uint32_t> slots;  // two 32-bit values per thread, for shuffles
+    std::vector<uint32_t> mma;    // six per thread: one mma.sync's A and B registers
     jmp_buf scheduler;
     Fiber *current = nullptr;
     void (*body)(void *) = nullptr;
@@ -137,6 +139,7 @@ inline void run_grid(const unsigned *grid, const unsigned *block, void (*body)(v
     if (n == 0 || n > 1024 || n % 32) throw std::runtime_error("emulator: block size must be 32..1024, a multiple of 32");
     g.fibers.resize(n);
     g.slots.assign(2 * n, 0);
+    g.mma.assign(6 * n, 0);
     for (unsigned i = 0; i < n; ++i) {
         Fiber &f = g.fibers[i];
         f.stack = stack_for(i);
@@ -211,6 +214,37 @@ T shfl_xor(T v, int offset) {
     T r;
     std::memcpy(&r, &g.slots[base + ((f->lane ^ static_cast<unsigned>(offset)) & 31u)], 4);
     return r;
+}
+
+// mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32, d += a * b, warp-collective: every lane
+// stages its A (4) and B (2) registers, the warp meets, and each lane computes its four D
+// elements from the registers of the lanes that hold them (PTX ISA fragment layouts:
+// A (row r, k) in lane (r % 8) * 4 + (k % 16) / 4, register (r >= 8) + 2 (k >= 16), byte k % 4;
+// B (k, col n) in lane n * 4 + (k % 16) / 4, register k >= 16, byte k % 4;
+// D register i of lane l: row l / 4 + 8 (i >= 2), col 2 (l % 4) + i % 2).
+inline void mma_m16n8k32_u8s8(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+    Grid &g = *grid_state();
+    Fiber *f = g.current;
+    uint32_t *warp = &g.mma[f->warp * 32 * 6];
+    std::copy(a, a + 4, warp + f->lane * 6);
+    std::copy(b, b + 2, warp + f->lane * 6 + 4);
+    yield(Wait::warp);
+    auto a_at = [&](int r, int k) {
+        const uint32_t reg = warp[((r % 8) * 4 + (k % 16) / 4) * 6 + (r >= 8) + 2 * (k >= 16)];
+        return static_cast<int>(static_cast<uint8_t>(reg >> (8 * (k % 4))));
+    };
+    auto b_at = [&](int k, int n) {
+        const uint32_t reg = warp[(n * 4 + (k % 16) / 4) * 6 + 4 + (k >= 16)];
+        return static_cast<int>(static_cast<int8_t>(reg >> (8 * (k % 4))));
+    };
+    for (int i = 0; i < 4; ++i) {
+        const int row = static_cast<int>(f->lane / 4) + (i >= 2 ? 8 : 0);
+        const int col = static_cast<int>(f->lane % 4) * 2 + (i & 1);
+        int sum = 0;
+        for (int k = 0; k < 32; ++k) sum += a_at(row, k) * b_at(k, col);
+        d[i] += sum;
+    }
+    yield(Wait::warp);  // no lane restages before every lane has read
 }
 
 template <class... A, std::size_t... I>

@@ -156,6 +156,89 @@ extern "C" __global__ void matmul_i2s_add(const uint4* __restrict__ w, const flo
     matmul_i2s_body<true>(w, wscale, xq, xscale, xsum, y, n, kw4, t_total);
 }
 
+// Prefill GEMM on int8 tensor cores (sm_80+): mma.sync m16n8k32, weight codes (value + 1,
+// unsigned) x int8 activations -> int32, then the same epilogue as matmul_i2s. Fragments
+// (PTX ISA, "matrix fragments for mma.m16n8k32"; g = lane / 4, c = lane % 4):
+//   A (16 rows x 32 k): a0 = row g, k 4c..4c+3; a1 = row g+8, same k; a2, a3: k + 16
+//   B (32 k x 8 tokens): b0 = token g, k 4c..4c+3; b1: k + 16
+//   D (16 x 8): d0, d1 = row g, tokens 2c, 2c+1; d2, d3 = row g+8
+// In the packed layout, (word >> 2c) & 0x03030303 is the codes of columns 16w+4c..16w+4c+3:
+// one A register straight from a weight word. One warp: 16 rows x MMA_NT*8 tokens.
+#define MMA_NT 4
+#define MMA_WARPS 4
+
+__device__ __forceinline__ void mma_u8s8(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(BITNET_CUDA_EMULATOR)
+    bitnet_emu::mma_m16n8k32_u8s8(d, a, b);
+#elif __CUDA_ARCH__ >= 800
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    __trap();  // the provider launches this kernel on compute capability 8.0+ only
+#endif
+}
+
+template <bool ADD>
+__device__ void matmul_i2s_mma_body(const uint32_t* __restrict__ w, const float* __restrict__ wscale,
+                                    const int* __restrict__ xq, const float* __restrict__ xscale,
+                                    const int* __restrict__ xsum, float* y, int n, int kw,
+                                    int t_total) {
+    const int lane = threadIdx.x % WARP, g = lane / 4, c = lane % 4;
+    const int row0 = (blockIdx.x * MMA_WARPS + threadIdx.x / WARP) * 16;
+    const int tok0 = blockIdx.y * MMA_NT * 8;
+    if (row0 >= n) return;  // whole warps only: mma.sync needs every lane
+    const uint32_t* wr0 = w + (size_t)min(row0 + g, n - 1) * kw;
+    const uint32_t* wr1 = w + (size_t)min(row0 + g + 8, n - 1) * kw;
+    const int kp4 = kw * 4;  // int32 words of an activation row
+    const int* xr[MMA_NT];
+#pragma unroll
+    for (int j = 0; j < MMA_NT; j++) xr[j] = xq + (size_t)min(tok0 + j * 8 + g, t_total - 1) * kp4;
+    int acc[MMA_NT][4];
+#pragma unroll
+    for (int j = 0; j < MMA_NT; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0;
+    for (int k = 0; k < kw; k += 2) {  // 32 columns: words k, k + 1 of each row
+        const uint32_t a[4] = {(__ldg(wr0 + k) >> (2 * c)) & 0x03030303u,
+                               (__ldg(wr1 + k) >> (2 * c)) & 0x03030303u,
+                               (__ldg(wr0 + k + 1) >> (2 * c)) & 0x03030303u,
+                               (__ldg(wr1 + k + 1) >> (2 * c)) & 0x03030303u};
+#pragma unroll
+        for (int j = 0; j < MMA_NT; j++) {
+            const uint32_t b[2] = {(uint32_t)__ldg(xr[j] + 8 * (k / 2) + c),
+                                   (uint32_t)__ldg(xr[j] + 8 * (k / 2) + 4 + c)};
+            mma_u8s8(acc[j], a, b);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < MMA_NT; j++) {
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int row = row0 + g + (r >= 2 ? 8 : 0);
+            const int t = tok0 + j * 8 + 2 * c + (r & 1);
+            if (row < n && t < t_total) {
+                const float v = (float)(acc[j][r] - xsum[t]) * wscale[row] / xscale[t];
+                y[(size_t)t * n + row] = ADD ? y[(size_t)t * n + row] + v : v;
+            }
+        }
+    }
+}
+extern "C" __global__ void matmul_i2s_mma(const uint32_t* __restrict__ w, const float* __restrict__ wscale,
+                                          const int* __restrict__ xq, const float* __restrict__ xscale,
+                                          const int* __restrict__ xsum, float* y, int n, int kw,
+                                          int t_total) {
+    matmul_i2s_mma_body<false>(w, wscale, xq, xscale, xsum, y, n, kw, t_total);
+}
+extern "C" __global__ void matmul_i2s_mma_add(const uint32_t* __restrict__ w,
+                                              const float* __restrict__ wscale,
+                                              const int* __restrict__ xq,
+                                              const float* __restrict__ xscale,
+                                              const int* __restrict__ xsum, float* y, int n, int kw,
+                                              int t_total) {
+    matmul_i2s_mma_body<true>(w, wscale, xq, xscale, xsum, y, n, kw, t_total);
+}
+
 // y[t, n] = sum_k x[t, k] * table[n, k] with an f16 table (rows padded to even k): the tied head.
 extern "C" __global__ void matmul_dense_f16(const __half2* __restrict__ table, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int k, int kw2, int t_total) {
