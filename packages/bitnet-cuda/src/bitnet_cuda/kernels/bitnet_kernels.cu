@@ -66,6 +66,33 @@ __device__ float block_max(float v, float* shared) {
     return shared[0];
 }
 
+// Absmax int8 quantization of one row of k values, value(i) read by the calling thread at
+// i = threadIdx.x + j * blockDim.x: codes into xq[0, kp) (zero padded), the scale
+// 127 / absmax and the sum of the codes. Every thread of the block calls it.
+template <typename Value>
+__device__ void quantize_row(Value value, int k, int kp, int8_t* __restrict__ xq,
+                             float* __restrict__ scale, int* __restrict__ xsum, float* red) {
+    float m = 0.0f;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) m = fmaxf(m, fabsf(value(i)));
+    m = block_max(m, red);
+    const float s = 127.0f / fmaxf(m, 1e-5f);
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < kp; i += blockDim.x) {
+        int q = 0;
+        if (i < k) {
+            q = __float2int_rn(value(i) * s);  // round half to even, as numpy and torch
+            q = max(-128, min(127, q));
+        }
+        xq[i] = (int8_t)q;
+        acc += (float)q;
+    }
+    acc = block_sum(acc, red);
+    if (threadIdx.x == 0) {
+        *scale = s;
+        *xsum = (int)acc;  // |sum| <= 128 * kp, exact in float for kp < 2^17
+    }
+}
+
 // Per-token absmax int8 quantization: one block per row.
 extern "C" __global__ void quantize_act(const float* __restrict__ x, int8_t* __restrict__ xq,
                                         float* __restrict__ scale, int* __restrict__ xsum,
@@ -73,25 +100,8 @@ extern "C" __global__ void quantize_act(const float* __restrict__ x, int8_t* __r
     __shared__ float red[32];
     const int t = blockIdx.x;
     const float* row = x + (size_t)t * k;
-    float m = 0.0f;
-    for (int i = threadIdx.x; i < k; i += blockDim.x) m = fmaxf(m, fabsf(row[i]));
-    m = block_max(m, red);
-    const float s = 127.0f / fmaxf(m, 1e-5f);
-    float acc = 0.0f;
-    for (int i = threadIdx.x; i < kp; i += blockDim.x) {
-        int q = 0;
-        if (i < k) {
-            q = __float2int_rn(row[i] * s);  // round half to even, as numpy and torch
-            q = max(-128, min(127, q));
-        }
-        xq[(size_t)t * kp + i] = (int8_t)q;
-        acc += (float)q;
-    }
-    acc = block_sum(acc, red);
-    if (threadIdx.x == 0) {
-        scale[t] = s;
-        xsum[t] = (int)acc;  // |sum| <= 128 * kp, exact in float for kp < 2^17
-    }
+    quantize_row([&](int i) { return row[i]; }, k, kp, xq + (size_t)t * kp, scale + t, xsum + t,
+                 red);
 }
 
 // Ternary x int8 GEMV/GEMM tile: one warp per output row, MAXT tokens per block row.
@@ -239,9 +249,28 @@ extern "C" __global__ void matmul_i2s_mma_add(const uint32_t* __restrict__ w,
     matmul_i2s_mma_body<true>(w, wscale, xq, xscale, xsum, y, n, kw, t_total);
 }
 
-// y[t, n] = sum_k x[t, k] * table[n, k] with an f16 table (rows padded to even k): the tied head.
-extern "C" __global__ void matmul_dense_f16(const __half2* __restrict__ table, const float* __restrict__ x,
-                                            float* __restrict__ y, int n, int k, int kw2, int t_total) {
+// y[t, n] = sum_k x[t, k] * table[n, k]: the head. An f16 table is read as half2 pairs
+// (rows padded to even k), an f32 one a float at a time; DenseRow says how.
+template <typename TAB>
+struct DenseRow;
+template <>
+struct DenseRow<__half2> {
+    static constexpr int cols = 2;
+    __device__ static void load(const __half2* row, int i, float (&v)[2]) {
+        const float2 f = __half22float2(__ldg(row + i));
+        v[0] = f.x, v[1] = f.y;
+    }
+};
+template <>
+struct DenseRow<float> {
+    static constexpr int cols = 1;
+    __device__ static void load(const float* row, int i, float (&v)[2]) { v[0] = __ldg(row + i); }
+};
+// `loads` is the row length in TABs (k / cols rounded up).
+template <typename TAB>
+__device__ void matmul_dense_body(const TAB* __restrict__ table, const float* __restrict__ x,
+                                  float* __restrict__ y, int n, int k, int loads, int t_total) {
+    constexpr int C = DenseRow<TAB>::cols;
     const int lane = threadIdx.x % WARP;
     const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     const int t0 = blockIdx.y * MAXT;
@@ -250,16 +279,19 @@ extern "C" __global__ void matmul_dense_f16(const __half2* __restrict__ table, c
     float acc[MAXT];
 #pragma unroll
     for (int tt = 0; tt < MAXT; tt++) acc[tt] = 0.0f;
-    const __half2* trow = table + (size_t)row * kw2;
-    for (int i = lane; i < kw2; i += WARP) {
-        const float2 wv = __half22float2(__ldg(trow + i));
-        const int k0 = 2 * i;
+    const TAB* trow = table + (size_t)row * loads;
+    for (int i = lane; i < loads; i += WARP) {
+        float wv[2];
+        DenseRow<TAB>::load(trow, i, wv);
+        const int k0 = C * i;
 #pragma unroll
         for (int tt = 0; tt < MAXT; tt++) {
             if (tt >= tcount) break;
             const float* xr = x + (size_t)(t0 + tt) * k;
-            float v = wv.x * xr[k0];
-            if (k0 + 1 < k) v += wv.y * xr[k0 + 1];
+            float v = wv[0] * xr[k0];
+#pragma unroll
+            for (int c = 1; c < C; c++)
+                if (k0 + c < k) v += wv[c] * xr[k0 + c];
             acc[tt] += v;
         }
     }
@@ -270,33 +302,13 @@ extern "C" __global__ void matmul_dense_f16(const __half2* __restrict__ table, c
         if (lane == 0) y[(size_t)(t0 + tt) * n + row] = total;
     }
 }
-
-// The same with a float32 table (an untied output head kept in float32).
+extern "C" __global__ void matmul_dense_f16(const __half2* __restrict__ table, const float* __restrict__ x,
+                                            float* __restrict__ y, int n, int k, int kw2, int t_total) {
+    matmul_dense_body(table, x, y, n, k, kw2, t_total);
+}
 extern "C" __global__ void matmul_dense_f32(const float* __restrict__ table, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int k, int t_total) {
-    const int lane = threadIdx.x % WARP;
-    const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    const int t0 = blockIdx.y * MAXT;
-    const int tcount = min(MAXT, t_total - t0);
-    if (row >= n) return;
-    float acc[MAXT];
-#pragma unroll
-    for (int tt = 0; tt < MAXT; tt++) acc[tt] = 0.0f;
-    const float* trow = table + (size_t)row * k;
-    for (int i = lane; i < k; i += WARP) {
-        const float wv = __ldg(trow + i);
-#pragma unroll
-        for (int tt = 0; tt < MAXT; tt++) {
-            if (tt >= tcount) break;
-            acc[tt] += wv * x[(size_t)(t0 + tt) * k + i];
-        }
-    }
-#pragma unroll
-    for (int tt = 0; tt < MAXT; tt++) {
-        if (tt >= tcount) break;
-        const float total = warp_sum(acc[tt]);
-        if (lane == 0) y[(size_t)(t0 + tt) * n + row] = total;
-    }
+    matmul_dense_body(table, x, y, n, k, k, t_total);
 }
 
 // RMSNorm over rows of d: one block per row.
@@ -422,25 +434,7 @@ __device__ void norm_quant_row(const float* row, float ss, const float* __restri
                                int* __restrict__ xsum, float* red) {
     ss = block_sum(ss, red);
     const float inv = rsqrtf(ss / (float)d + eps);
-    float m = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) m = fmaxf(m, fabsf(row[i] * inv * g[i]));
-    m = block_max(m, red);
-    const float s = 127.0f / fmaxf(m, 1e-5f);
-    float acc = 0.0f;
-    for (int i = threadIdx.x; i < kp; i += blockDim.x) {
-        int q = 0;
-        if (i < d) {
-            q = __float2int_rn(row[i] * inv * g[i] * s);
-            q = max(-128, min(127, q));
-        }
-        xq[i] = (int8_t)q;
-        acc += (float)q;
-    }
-    acc = block_sum(acc, red);
-    if (threadIdx.x == 0) {
-        *scale = s;
-        *xsum = (int)acc;
-    }
+    quantize_row([&](int i) { return row[i] * inv * g[i]; }, d, kp, xq, scale, xsum, red);
 }
 
 // quantize_act(rmsnorm(x, g)) for rows of d: one block per row.
