@@ -71,3 +71,27 @@ def test_chat_prompt_from_the_file_template(tmp_path):
     assert model.tokenizer.eos_id in model.eos_ids
     reply = model.generate(ids, max_tokens=4, temperature=0)
     assert isinstance(reply, str)
+
+
+@pytest.mark.parametrize("device", ["cpu-reference", "cpu"])
+def test_bf16_tables_stay_views_and_widen_exactly(tmp_path, device):
+    """A BF16 embedding is a view of the file (no float32 copy on the host); a provider
+    without ``bfloat16`` in ``table_dtypes`` computes on its exact float32 widening."""
+    from bitnet_core.formats.dense import BF16Array
+    from bitnet_core.gguf import open_model_file
+    from bitnet_core.model import ModelWeights
+
+    path = random_model_file(tmp_path / "bf16.gguf", CFG, seed=9, dense_type="bf16")
+    mf = open_model_file(path)
+    assert mf.tensor_info("token_embd.weight").type_name == "BF16"
+    weights = ModelWeights.from_model_file(mf)
+    table = weights.dense["token_embd.weight"]
+    assert isinstance(table, BF16Array)
+    assert np.may_share_memory(table.bits, mf.raw("token_embd.weight"))
+    widened = ModelWeights(
+        weights.config, weights.ternary, {k: np.asarray(v) for k, v in weights.dense.items()}
+    )
+    assert widened.dense["token_embd.weight"].dtype == np.float32
+    want = Model.from_weights(widened, device).logits(IDS)
+    got = bitnet_core.load(path, device=device, progress=False).logits(IDS)
+    np.testing.assert_array_equal(got, want)

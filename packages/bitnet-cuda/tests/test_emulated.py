@@ -17,11 +17,14 @@ the emulator records and replays), with float32 and float16 KV caches.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from cuda_emulator import EmulatedCudaProvider, missing
 
 from bitnet_core.config import BitNetConfig
+from bitnet_core.formats.dense import BF16Array
 from bitnet_core.model import KVCacheConfig, Model, random_weights
 from bitnet_core.model.backend import GenericBackend
 from bitnet_core.providers.reference import ReferenceProvider
@@ -122,6 +125,24 @@ def test_greedy_tokens(models):
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     want = ref_model.generate_ids(prompt, max_tokens=12, temperature=0.0)
     assert cuda_model.generate_ids(prompt, max_tokens=12, temperature=0.0) == want
+
+
+def test_bfloat16_tables_stay_bfloat16_on_the_device() -> None:
+    """A BF16 file's embedding and head are uploaded as bfloat16 (two bytes a value, rows
+    padded to 8 for 16-byte loads), gathered and multiplied as such, fused and graphed."""
+    cfg = dataclasses.replace(small_config("silu"), tied_embeddings=False)
+    weights = random_weights(cfg, seed=3)
+    for name in ("token_embd.weight", "output.weight"):
+        weights.dense[name] = BF16Array.from_float(weights.dense[name])
+    cb = cuda_backend(weights, "float16", "graphs")
+    for table in (cb.weights.embedding, cb.weights.head):
+        assert table.kind == "bf16" and table.data.dtype == np.uint16
+        assert table.data.shape == (300, 120) and table.cols == 120
+    rb = reference_backend(weights, "float16")
+    with rb.new_cache() as rs, cb.new_cache() as cs:
+        _close(cb.forward([4, 8, 15, 299], cs), rb.forward([4, 8, 15, 299], rs))
+        for tok in (16, 23, 42, 0):
+            _close(cb.forward([tok], cs), rb.forward([tok], rs))
 
 
 @pytest.mark.parametrize("kv", ["float32", "float16"])

@@ -41,7 +41,7 @@ import numpy as np
 from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.kv_cache import Sequence
 
-from .provider import CudaProvider, CudaTernary, _PaddedF16, env_enabled
+from .provider import CudaProvider, CudaTernary, HalfTable, env_enabled
 
 log = logging.getLogger("bitnet")
 
@@ -169,11 +169,11 @@ class CudaBackend(GenericBackend):
             for lw in w.layers
         ]
         emb = w.embedding
-        self._emb = emb.data if isinstance(emb, _PaddedF16) else emb
+        self._emb, self._emb_kind = (
+            (emb.data, emb.kind) if isinstance(emb, HalfTable) else (emb, "f32")
+        )
         self._emb_stride = int(self._emb.shape[1])
-        head = w.head
-        self._head = head.data if isinstance(head, _PaddedF16) else head
-        self._head_cols = head.cols if isinstance(head, _PaddedF16) else int(head.shape[1])
+        self._head = w.head
         self._act = 0 if cfg.ffn_activation == "silu" else 1
 
     # --- the forward pass -------------------------------------------------------------
@@ -262,8 +262,9 @@ class CudaBackend(GenericBackend):
         hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         qdim, f = hq * d, cfg.intermediate_size
         scale = f32(1.0 / math.sqrt(d))
-        emb = "embed_f16" if self._emb.dtype == np.float16 else "embed_f32"
-        fn[emb]((t,), (NORM_THREADS,), (self._emb, b.ids, b.x, i32(hidden), i32(self._emb_stride)))
+        fn[f"embed_{self._emb_kind}"](
+            (t,), (NORM_THREADS,), (self._emb, b.ids, b.x, i32(hidden), i32(self._emb_stride))
+        )
         f16_cache = cache.k[0].dtype == np.float16
         rope_store = fn["rope_store_f16" if f16_cache else "rope_store"]
         rope_args = (i32(hq), i32(hkv), i32(d), i32(cfg.rot_dim))
@@ -293,7 +294,7 @@ class CudaBackend(GenericBackend):
         rows = int(b.head_x.shape[0])
         norm_args = (b.x[t - rows :], self.weights.output_norm, b.head_x, i32(hidden), eps)
         fn["rmsnorm"]((rows,), (NORM_THREADS,), norm_args)
-        self._provider.launch_dense(self._head, self._head_cols, b.head_x, b.logits, rows)
+        self._provider.launch_dense(self._head, b.head_x, b.logits, rows)
 
     def _split_attention(
         self, b: StepBuffers, lw: FusedLayer, kc: Any, vc: Any, splits: int, scale: Any, eps: Any
@@ -321,6 +322,7 @@ class CudaBackend(GenericBackend):
 
 _KERNELS = (
     "embed_f16",
+    "embed_bf16",
     "embed_f32",
     "rmsnorm",
     "rmsnorm_quant",

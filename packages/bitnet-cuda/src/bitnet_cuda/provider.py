@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import ProviderError, ShapeError, UnsupportedOperationError
+from bitnet_core.formats.dense import BF16Array, bf16_to_f32
 from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.providers.reference import ReferenceProvider
@@ -87,6 +88,8 @@ class CudaProvider(ReferenceProvider):
     priority = PRIORITIES["cuda"]
     #: float16 first: half the bytes attention reads per key (llama.cpp's default too)
     kv_dtypes = ("float16", "float32")
+    #: a BF16 file's embedding/head stays bfloat16 (two bytes a value, not a float32 copy)
+    table_dtypes = ("float32", "float16", "bfloat16")
     #: device memory is committed when allocated: KV caches grow block by block
     commits_on_touch = False
 
@@ -169,12 +172,12 @@ class CudaProvider(ReferenceProvider):
         return self._tensor_cores
 
     # --- memory ---------------------------------------------------------------------
-    def to_device(self, array: np.ndarray) -> Any:
+    def to_device(self, array: np.ndarray | BF16Array) -> Any:
+        if isinstance(array, BF16Array) and array.ndim == 2:
+            return self._half_table(array.bits, "bf16")
         a = np.asarray(array)
-        if a.dtype == np.float16 and a.ndim == 2 and a.shape[1] % 2:
-            padded = np.zeros((a.shape[0], a.shape[1] + 1), np.float16)
-            padded[:, :-1] = a
-            return _PaddedF16(self.cp.asarray(padded), a.shape[1])
+        if a.dtype == np.float16 and a.ndim == 2:
+            return self._half_table(a, "f16")
         if a.dtype == np.int8 and a.ndim == 2:
             return self._upload_q8(a)
         if np.issubdtype(a.dtype, np.integer):
@@ -182,6 +185,12 @@ class CudaProvider(ReferenceProvider):
         if a.dtype == np.float16:
             return self.cp.asarray(a)
         return self.cp.asarray(a, dtype=np.float32)
+
+    def _half_table(self, a: np.ndarray, kind: str) -> HalfTable:
+        rows, cols = a.shape
+        padded = np.zeros((rows, max(8, -(-cols // 8) * 8)), a.dtype)
+        padded[:, :cols] = a
+        return HalfTable(self.cp.asarray(padded), cols, kind)
 
     def _upload_q8(self, xq: np.ndarray) -> CudaQ8:
         t, k = xq.shape
@@ -194,8 +203,9 @@ class CudaProvider(ReferenceProvider):
     def to_host(self, array: Any) -> np.ndarray:
         if isinstance(array, CudaQ8):
             return self.cp.asnumpy(array.data)[:, : array.cols]
-        if isinstance(array, _PaddedF16):
-            return self.cp.asnumpy(array.data)[:, : array.cols]
+        if isinstance(array, HalfTable):
+            values = self.cp.asnumpy(array.data)[:, : array.cols]
+            return bf16_to_f32(values).reshape(values.shape) if array.kind == "bf16" else values
         return self.cp.asnumpy(array) if hasattr(array, "device") else np.asarray(array)
 
     def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> Any:
@@ -217,7 +227,7 @@ class CudaProvider(ReferenceProvider):
         )
 
     def _f32(self, x: Any) -> Any:
-        if isinstance(x, (CudaQ8, _PaddedF16)):
+        if isinstance(x, (CudaQ8, HalfTable)):
             raise UnsupportedOperationError("cuda: expected a float32 array")
         if not hasattr(x, "device"):
             return self.cp.asarray(np.asarray(x, np.float32))
@@ -226,12 +236,15 @@ class CudaProvider(ReferenceProvider):
     # --- ops --------------------------------------------------------------------------
     def embedding(self, table: Any, ids: np.ndarray) -> Any:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        data = table.data if isinstance(table, _PaddedF16) else table
-        rows = int(data.shape[0])
+        rows = int(table.shape[0])
         if ids.size and (ids.min() < 0 or ids.max() >= rows):
             raise ShapeError(f"token id out of range [0, {rows})")
-        cols = table.cols if isinstance(table, _PaddedF16) else int(data.shape[1])
-        return data[self.cp.asarray(ids)][:, :cols].astype(np.float32)
+        if not isinstance(table, HalfTable):
+            return self._f32(table[self.cp.asarray(ids)])
+        got = table.data[self.cp.asarray(ids)][:, : table.cols]
+        if table.kind == "bf16":
+            return (got.astype(np.uint32) << 16).view(np.float32)
+        return got.astype(np.float32)
 
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> Any:
         x, g = self._f32(x), self._f32(weight)
@@ -316,29 +329,26 @@ class CudaProvider(ReferenceProvider):
 
     def matmul_dense(self, x: Any, table: Any) -> Any:
         x = self.cp.ascontiguousarray(self._f32(x))
-        data = table.data if isinstance(table, _PaddedF16) else table
-        cols = table.cols if isinstance(table, _PaddedF16) else int(data.shape[1])
+        n, cols = (int(v) for v in table.shape)
         if x.ndim != 2 or int(x.shape[1]) != cols:
-            raise ShapeError(
-                f"matmul_dense: {tuple(x.shape)} does not match table ({data.shape[0]}, {cols})"
-            )
-        t, n = int(x.shape[0]), int(data.shape[0])
+            raise ShapeError(f"matmul_dense: {tuple(x.shape)} does not match table ({n}, {cols})")
+        t = int(x.shape[0])
         y = self.cp.empty((t, n), dtype=np.float32)
         if t and n:
-            self.launch_dense(data, cols, x, y, t)
+            self.launch_dense(table, x, y, t)
         return y
 
-    def launch_dense(self, data: Any, cols: int, x: Any, y: Any, t: int) -> None:
-        """y [t, n] = x [t, cols] @ data.T for an f16 (rows padded even) or f32 table."""
-        n = int(data.shape[0])
+    def launch_dense(self, table: Any, x: Any, y: Any, t: int) -> None:
+        """y [t, n] = x [t, cols] @ table.T for a ``HalfTable`` (16-byte loads) or an f32 table."""
+        n, cols = (int(v) for v in table.shape)
         grid = (-(-n // WARPS_PER_BLOCK), -(-t // MAXT))
         block = (32 * WARPS_PER_BLOCK,)
-        if data.dtype == np.float16:
-            args = (data, x, y, np.int32(n), np.int32(cols), np.int32(data.shape[1] // 2))
-            self._k("matmul_dense_f16")(grid, block, (*args, np.int32(t)))
+        if isinstance(table, HalfTable):
+            loads = int(table.data.shape[1]) // 8
+            args = (table.data, x, y, np.int32(n), np.int32(cols), np.int32(loads), np.int32(t))
+            self._k(f"matmul_dense_{table.kind}")(grid, block, args)
         else:
-            data = self._f32(data)
-            args = (data, x, y, np.int32(n), np.int32(cols), np.int32(t))
+            args = (self._f32(table), x, y, np.int32(n), np.int32(cols), np.int32(t))
             self._k("matmul_dense_f32")(grid, block, args)
 
     def rope(
@@ -448,11 +458,16 @@ class CudaProvider(ReferenceProvider):
 
 
 @dataclass(eq=False)
-class _PaddedF16:
-    """An f16 table whose rows were padded to an even length for half2 loads."""
+class HalfTable:
+    """A float16 or bfloat16 (``kind``) table [rows, cols] on the device.
+
+    ``data`` is [rows, padded] with rows zero-padded to a multiple of 8 values,
+    so the head reads 16 bytes a lane: float16, or uint16 bfloat16 bit patterns.
+    """
 
     data: Any
     cols: int
+    kind: str  # "f16" or "bf16"
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -311,6 +311,12 @@ inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x));
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float2 __half22float2(__half2 h) { return {bitnet_emu::half_to_float(h.x), bitnet_emu::half_to_float(h.y)}; }
 inline float __half2float(__half h) { return bitnet_emu::half_to_float(h.x); }
+inline __half __ushort_as_half(unsigned short b) { return __half{b}; }
+inline float __uint_as_float(unsigned b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
 inline __half __float2half_rn(float v) {  // round to nearest even, as the GPU and numpy
     const _Float16 h = static_cast<_Float16>(v);
     __half r;

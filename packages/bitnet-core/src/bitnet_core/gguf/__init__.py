@@ -1,7 +1,7 @@
 """GGUF model files: a checked, memory-mapped reader and an atomic writer.
 
 - ``open_model_file(path) -> ModelFile``: ``.config``, ``.metadata``,
-  ``.tensor_names``, ``.has``, ``.tensor_info``, ``.ternary``, ``.dense``;
+  ``.tensor_names``, ``.has``, ``.tensor_info``, ``.ternary``, ``.dense``, ``.table``;
   tensors stay views of the file.
 - ``GGUFFile``: the container alone (any architecture), used by ``bitnet inspect``.
 - ``write_gguf(path, config, tensors, ...)``: TQ2_0 / TQ1_0 / I2_S / QK256 /

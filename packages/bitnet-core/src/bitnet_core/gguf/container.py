@@ -18,7 +18,7 @@ from gguf.quants import dequantize
 
 from ..errors import GGUFFormatError, ModelFileError, UnsupportedModelError
 from ..formats import get_codec
-from ..formats.dense import bf16_to_f32
+from ..formats.dense import BF16Array, bf16_to_f32
 from .header import Header, RawTensor, scan_header
 from .types import BITNET_CPP_UNSUPPORTED, GGML_TYPE_I2_S, block_sizes, type_name
 
@@ -208,6 +208,14 @@ class GGUFFile:
             raise UnsupportedModelError(
                 f"tensor {name!r}: cannot read {info.type_name} as floats ({exc})", self.path
             ) from None
+
+    def table(self, name: str) -> np.ndarray | BF16Array:
+        """A 2-D float table (embeddings, output head) without widening: as ``dense``, but
+        BF16 comes as a ``BF16Array`` view of the file rather than a float32 copy."""
+        info = self.tensor_info(name)
+        if info.type_id == GGMLQuantizationType.BF16:
+            return BF16Array(self.raw(name).view("<u2").reshape(info.shape))
+        return self.dense(name)
 
     def close(self) -> None:
         """Drop the map (views taken before stay valid while referenced)."""

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
 from ..config import BitNetConfig
 from ..errors import ModelFileError, QuantizationError
 from ..formats import get_codec, ternarize_rows
+from ..formats.dense import f32_to_bf16
 from ..hal.weights import TernaryWeight
 from .metadata import (
     check_shapes,
@@ -37,7 +38,11 @@ from .metadata import (
 
 #: ``ternary_type`` values ``write_gguf`` accepts.
 WRITABLE_TERNARY_TYPES = ("tq2_0", "tq1_0", "i2_s", "qk256", "bitnet32", "f16", "f32", "bf16")
-_DENSE = {"f32": (np.dtype("<f4"), None), "f16": (np.dtype("<f2"), None)}
+_DENSE = {
+    "f32": (np.dtype("<f4"), None),
+    "f16": (np.dtype("<f2"), None),
+    "bf16": (np.dtype("<u2"), int(GGMLQuantizationType.BF16)),  # f32_to_bf16 bit patterns
+}
 
 
 def gguf_value(value: Any) -> tuple[Any, GGUFValueType, GGUFValueType | None]:
@@ -133,7 +138,7 @@ def write_gguf(
             path,
         )
     if dense_type not in _DENSE:
-        raise ModelFileError(f"dense_type must be 'f16' or 'f32', got {dense_type!r}", path)
+        raise ModelFileError(f"dense_type must be 'f16', 'bf16' or 'f32', got {dense_type!r}", path)
     if path.exists() and not overwrite:
         raise ModelFileError("file exists (pass overwrite=True to replace it)", path)
 
@@ -161,10 +166,13 @@ def write_gguf(
                 entries.append((sname, sc, None, sc.shape))
             continue
         arr = _float_array(name, value)
-        dtype = (
-            np.dtype("<f4") if arr.ndim == 1 or name.endswith(".scale") else _DENSE[dense_type][0]
-        )
-        entries.append((name, np.ascontiguousarray(arr.astype(dtype)), None, arr.shape))
+        if arr.ndim == 1 or name.endswith(".scale"):
+            entries.append((name, np.ascontiguousarray(arr, dtype="<f4"), None, arr.shape))
+        elif dense_type == "bf16":
+            entries.append((name, f32_to_bf16(arr), _DENSE["bf16"][1], arr.shape))
+        else:
+            data = np.ascontiguousarray(arr.astype(_DENSE[dense_type][0]))
+            entries.append((name, data, None, arr.shape))
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

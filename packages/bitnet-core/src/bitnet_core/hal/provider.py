@@ -43,6 +43,11 @@ Optional attributes (read by the generic engine):
 - ``kv_dtypes``: the KV cache dtypes ``kv_store``/``attention`` accept,
   preferred first (default ``("float32",)``); ``"float16"`` caches hold the
   round-to-nearest-even float16 of what ``kv_store`` gets;
+- ``table_dtypes``: the dtypes ``to_device`` takes for the 2-D embedding and
+  output tables (``embedding``, ``matmul_dense``); default
+  ``("float32", "float16")``. A provider listing ``"bfloat16"`` gets a BF16
+  file's tables as ``formats.dense.BF16Array`` (bit patterns); the others get
+  them widened to float32;
 - ``commits_on_touch``: True when memory from ``empty`` costs nothing until
   written (numpy on the host): KV caches are then made once at full length
   and grow without copies.

@@ -179,6 +179,7 @@ def random_model_file(
     ternary_type: str = "tq2_0",
     tokenizer: str | dict | None = "bytes",
     overwrite: bool = False,
+    dense_type: str = "f16",
 ) -> Path:
     """Write a random model of ``config`` as GGUF (``write_gguf``) and return its path.
 
@@ -186,6 +187,7 @@ def random_model_file(
     vocabulary is large enough, else none), a dict is written as given, None
     writes no tokenizer. TQ2_0/TQ1_0 need ``hidden_size`` and
     ``intermediate_size`` to be multiples of 256 (their block size).
+    ``dense_type`` (``f16``, ``bf16``, ``f32``) is the embedding/output tables' type.
     """
     from ..gguf import write_gguf  # the formats package owns GGUF writing
 
@@ -209,5 +211,6 @@ def random_model_file(
         ternary_type=ternary_type,
         tokenizer_metadata=tok_meta,
         overwrite=overwrite,
+        dense_type=dense_type,
     )
     return Path(path)

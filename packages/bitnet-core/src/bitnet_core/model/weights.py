@@ -3,9 +3,11 @@
 ``ModelWeights`` holds a ``BitNetConfig``, the ternary layer weights as
 ``TernaryWeight`` (views into the memory-mapped GGUF; nothing is unpacked
 until a provider asks) and the dense tensors (embeddings, norms) as numpy
-arrays. It comes from a ``ModelFile`` (``from_model_file``) or is built in
-memory (``bitnet_core.model.random``). ``upload`` makes it resident on one
-provider, once: ``load_ternary`` for ternary weights, ``to_device`` for the rest.
+arrays (a BF16 table as a ``BF16Array`` view, widened only for providers
+that do not list ``"bfloat16"`` in ``table_dtypes``). It comes from a
+``ModelFile`` (``from_model_file``) or is built in memory
+(``bitnet_core.model.random``). ``upload`` makes it resident on one provider,
+once: ``load_ternary`` for ternary weights, ``to_device`` for the rest.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 from .. import config as names
 from ..config import BitNetConfig
 from ..errors import ShapeError, UnsupportedModelError
+from ..formats.dense import BF16Array
 from ..hal.weights import TernaryWeight
 
 LAYER_TERNARY = {
@@ -72,7 +75,7 @@ class ModelWeights:
 
     config: BitNetConfig
     ternary: dict[str, TernaryWeight]
-    dense: dict[str, np.ndarray]
+    dense: dict[str, np.ndarray | BF16Array]
     metadata: dict[str, Any] = field(default_factory=dict)
     source: str = "<memory>"
 
@@ -108,15 +111,16 @@ class ModelWeights:
         """Collect the tensors of a ``bitnet_core.gguf.ModelFile`` (no copies of ternary data)."""
         cfg: BitNetConfig = mf.config
         ternary: dict[str, TernaryWeight] = {}
-        dense: dict[str, np.ndarray] = {}
+        dense: dict[str, np.ndarray | BF16Array] = {}
         for name, shape in expected_shapes(cfg).items():
             if not mf.has(name):
                 raise UnsupportedModelError(f"missing tensor {name}", mf.path)
             if len(shape) == 2 and name not in (names.TOKEN_EMBD, names.OUTPUT):
                 ternary[name] = mf.ternary(name)
+            elif len(shape) == 2:
+                dense[name] = mf.table(name)  # (a BF16 table stays bfloat16)
             else:
-                arr = np.asarray(mf.dense(name))
-                dense[name] = arr.reshape(-1) if len(shape) == 1 else arr
+                dense[name] = np.asarray(mf.dense(name)).reshape(-1)
         return cls(cfg, ternary, dense, dict(mf.metadata), str(mf.path))
 
     def nbytes(self) -> int:
@@ -160,10 +164,7 @@ class DeviceWeights:
         with _progress(steps, progress, "loading " + _short(weights.source)) as bar:
 
             def dense(name: str) -> Any:
-                arr = weights.dense[name]
-                if arr.ndim == 1 or arr.dtype not in (np.float16, np.float32):
-                    arr = np.ascontiguousarray(arr, dtype=np.float32)
-                out = provider.to_device(arr)
+                out = provider.to_device(host_dense_for(provider, weights.dense[name]))
                 bar.update(1)
                 return out
 
@@ -183,6 +184,17 @@ class DeviceWeights:
                 parts.update({k: ternary(n.format(i=i)) for k, n in LAYER_TERNARY.items()})
                 layers.append(LayerWeights(**parts))
         return cls(embedding, head, output_norm, layers)
+
+
+def host_dense_for(provider: Any, arr: np.ndarray | BF16Array) -> np.ndarray | BF16Array:
+    """What ``to_device`` gets for a dense tensor: norms as float32, tables in a dtype
+    the provider lists in ``table_dtypes`` (a bfloat16 table widened to float32 else)."""
+    if isinstance(arr, BF16Array):
+        tables = getattr(provider, "table_dtypes", ("float32", "float16"))
+        return arr if arr.ndim == 2 and "bfloat16" in tables else arr.to_float32()
+    if arr.ndim == 1 or arr.dtype not in (np.float16, np.float32):
+        return np.ascontiguousarray(arr, dtype=np.float32)
+    return arr
 
 
 def _short(source: str) -> str:

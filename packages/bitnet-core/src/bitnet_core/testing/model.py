@@ -85,6 +85,8 @@ FILE_CONFIG: dict[str, Any] = dict(
     intermediate_size=768, context_length=32, ffn_activation="relu2",
 )  # fmt: skip
 FILE_FORMATS = ("tq2_0", "tq1_0", "i2_s", "qk256")
+#: also checked: a TQ2_0 file whose embedding/head table is BF16 (``table_dtypes``)
+FILE_TABLES = ("bf16",)
 
 _REFERENCE_BACKENDS: dict[str, Any] = {}
 _FILES: dict[str, Any] = {}
@@ -203,9 +205,11 @@ def check_greedy(provider: Any, config_name: str, steps: int = 12) -> int:
     return steps
 
 
-def _file_weights(fmt: str) -> Any:
-    """The FILE_CONFIG model as a GGUF file in ``fmt``, opened (written once per process)."""
-    if fmt not in _FILES:
+def _file_weights(fmt: str, tables: str = "f16") -> Any:
+    """The FILE_CONFIG model as a GGUF file in ``fmt`` with ``tables`` embeddings, opened
+    (written once per process)."""
+    key = f"{fmt}-{tables}"
+    if key not in _FILES:
         import tempfile
 
         from ..config import BitNetConfig
@@ -214,20 +218,20 @@ def _file_weights(fmt: str) -> Any:
 
         directory = _FILES.setdefault("dir", tempfile.TemporaryDirectory(prefix="bitnet-kit-"))
         path = random_model_file(
-            f"{directory.name}/model-{fmt}.gguf", BitNetConfig(**FILE_CONFIG), seed=5,
-            ternary_type=fmt, tokenizer=None,
+            f"{directory.name}/model-{key}.gguf", BitNetConfig(**FILE_CONFIG), seed=5,
+            ternary_type=fmt, tokenizer=None, dense_type=tables,
         )  # fmt: skip
-        _FILES[fmt] = ModelWeights.from_model_file(open_model_file(path))
-    return _FILES[fmt]
+        _FILES[key] = ModelWeights.from_model_file(open_model_file(path))
+    return _FILES[key]
 
 
-def check_file(provider: Any, fmt: str) -> None:
+def check_file(provider: Any, fmt: str, tables: str = "f16") -> None:
     from ..model import GenericBackend
     from ..providers.reference import ReferenceProvider
 
-    weights = _file_weights(fmt)
+    weights = _file_weights(fmt, tables)
     ids = np.random.default_rng(4).integers(0, FILE_CONFIG["vocab_size"], size=9)
-    key = f"file-{fmt}"
+    key = f"file-{fmt}-{tables}"
     kv = _kv_config(provider)
     key = f"{key}/{kv.dtype}"
     if key not in _REFERENCE_BACKENDS:
@@ -236,7 +240,7 @@ def check_file(provider: Any, fmt: str) -> None:
         )
     want = _REFERENCE_BACKENDS[key].logits(ids)
     _close(
-        f"prefill logits of a {fmt} GGUF model",
+        f"prefill logits of a {fmt} GGUF model with {tables} tables",
         _provider_backend(provider, weights).logits(ids),
         want,
     )
@@ -256,6 +260,10 @@ def model_checks() -> list[ModelCheck]:
     if importlib.util.find_spec("bitnet_core.gguf") is not None:
         for fmt in FILE_FORMATS:
             checks.append(ModelCheck(f"file-{fmt}", lambda p, f=fmt: check_file(p, f)))
+        for tables in FILE_TABLES:
+            checks.append(
+                ModelCheck(f"file-tq2_0-{tables}", lambda p, t=tables: check_file(p, "tq2_0", t))
+            )
     return checks
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..formats.dense import BF16Array
 from ..hal.weights import TernaryWeight
 from ..providers.reference import ReferenceProvider, quantize_act_ref
 from .tolerances import (
@@ -36,6 +37,9 @@ from .tolerances import (
 )
 
 REFERENCE = ReferenceProvider()
+#: embedding/output table dtypes checked (``bfloat16`` as the provider gets it from a
+#: BF16 file: kept where it lists ``table_dtypes``, widened to float32 otherwise)
+TABLE_DTYPES = ("float16", "float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -158,18 +162,33 @@ def check_reshape(p: Any, rng: np.random.Generator, t: int, h: int, d: int) -> N
 # --- ops -----------------------------------------------------------------------
 
 
+def random_table(rng: np.random.Generator, rows: int, cols: int, std: float, dtype: str) -> Any:
+    """A float32 / float16 table, or a ``BF16Array`` for ``dtype="bfloat16"``."""
+    values = rng.standard_normal((rows, cols)) * std
+    return BF16Array.from_float(values) if dtype == "bfloat16" else values.astype(dtype)
+
+
+def upload_table(p: Any, table: Any) -> Any:
+    """An embedding/output table on ``p`` as model loading puts it there (``host_dense_for``:
+    bfloat16 kept where ``table_dtypes`` lists it, widened to float32 else)."""
+    from ..model.weights import host_dense_for
+
+    host = host_dense_for(p, table)
+    return p.to_device(BF16Array(host.bits.copy()) if isinstance(host, BF16Array) else host.copy())
+
+
 def check_embedding(
     p: Any, rng: np.random.Generator, vocab: int, dim: int, n_ids: int, dtype: str
 ) -> None:
-    table = (rng.standard_normal((vocab, dim)) * 0.5).astype(dtype)
+    table = random_table(rng, vocab, dim, 0.5, dtype)
     ids = rng.integers(0, vocab, size=n_ids).astype(np.int32 if n_ids % 2 else np.int64)
     ids[0] = vocab - 1
     if n_ids > 1:
         ids[-1] = 0
-    want = REFERENCE.embedding(table, ids)
+    want = REFERENCE.embedding(np.asarray(table), ids)
     poison(p, want.shape)
-    got = download(p, p.embedding(upload(p, table), ids))
-    tol = TOLERANCES["embedding_f16" if dtype == "float16" else "embedding_f32"]
+    got = download(p, p.embedding(upload_table(p, table), ids))
+    tol = TOLERANCES["embedding_f32" if dtype == "float32" else "embedding_f16"]
     assert_close(f"embedding({dtype} table {table.shape}, {n_ids} ids)", got, want, tol=tol)
 
 
@@ -261,11 +280,11 @@ def check_matmul_dense(
     p: Any, rng: np.random.Generator, t: int, k: int, n: int, dtype: str
 ) -> None:
     x = activations(rng, t, k)
-    table = (rng.standard_normal((n, k)) * 0.05).astype(dtype)
-    want = REFERENCE.matmul_dense(x, table)
-    rtol = DOT_RTOL if dtype == "float16" else DOT_RTOL_F16_STORAGE
-    bound = dot_bound(x, table, rtol) + 1e-30
-    t_dev = upload(p, table)
+    table = random_table(rng, n, k, 0.05, dtype)
+    want = REFERENCE.matmul_dense(x, np.asarray(table))
+    rtol = DOT_RTOL_F16_STORAGE if dtype == "float32" else DOT_RTOL
+    bound = dot_bound(x, np.asarray(table), rtol) + 1e-30
+    t_dev = upload_table(p, table)
     poison(p, want.shape)
     got = download(p, p.matmul_dense(upload(p, x), t_dev))
     assert_close(f"matmul_dense(T={t}, K={k}, N={n}, {dtype})", got, want, bound=bound)
@@ -494,7 +513,7 @@ def op_cases() -> list[OpCase]:
         (32003, 17, 3),
         (300, 2560, 9),
     ):
-        for dtype in ("float16", "float32"):
+        for dtype in TABLE_DTYPES:
             add("embedding", f"V{vocab}-D{dim}-n{n_ids}-{dtype}", check_embedding,
                 large=vocab > 10000, vocab=vocab, dim=dim, n_ids=n_ids, dtype=dtype)  # fmt: skip
 
@@ -529,7 +548,7 @@ def op_cases() -> list[OpCase]:
             large=large, t=t, k=k, n=n)  # fmt: skip
     for t, k, n, large in ((1, 1, 1, False), (3, 33, 1000, False), (2, 257, 4099, False),
                            (1, 2560, 8195, True)):  # fmt: skip
-        for dtype in ("float16", "float32"):
+        for dtype in TABLE_DTYPES:
             add("matmul_dense", f"T{t}-K{k}-N{n}-{dtype}", check_matmul_dense, large=large,
                 t=t, k=k, n=n, dtype=dtype)  # fmt: skip
 

@@ -10,6 +10,8 @@
 //   with per-row scale (127 / absmax) and per-row sum of the int8 values.
 // - KV cache: [capacity, kv_heads, head_dim] in float32 or float16 (kernels with
 //   an _f16 suffix); values are converted to float32 as they are read.
+// - embedding/output tables: float32 [N, k], or float16 / bfloat16 [N, kp] with
+//   rows padded to kp, a multiple of 8, so the head reads 16 bytes a lane.
 //
 // The kernels after "fused decode step" are the CUDA backend's (backend.py): they
 // read the token ids and the position from device memory, so one decode step can
@@ -22,8 +24,15 @@
 #define MAXD 256      // head_dim limit of the split (flash-decoding) attention
 #define MAX_PARTS 4096  // heads x splits of one split attention
 
+// bfloat16 as its bit pattern: the top 16 bits of a float32.
+struct bf16 {
+    unsigned short bits;
+};
+__device__ __forceinline__ float bf16_bits_to_float(uint32_t b) { return __uint_as_float(b << 16); }
+
 __device__ __forceinline__ float load_f(const float* p, size_t i) { return p[i]; }
 __device__ __forceinline__ float load_f(const __half* p, size_t i) { return __half2float(p[i]); }
+__device__ __forceinline__ float load_f(const bf16* p, size_t i) { return bf16_bits_to_float(p[i].bits); }
 __device__ __forceinline__ void store_f(float* p, size_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void store_f(__half* p, size_t i, float v) { p[i] = __float2half_rn(v); }
 
@@ -249,28 +258,51 @@ extern "C" __global__ void matmul_i2s_mma_add(const uint32_t* __restrict__ w,
     matmul_i2s_mma_body<true>(w, wscale, xq, xscale, xsum, y, n, kw, t_total);
 }
 
-// y[t, n] = sum_k x[t, k] * table[n, k]: the head. An f16 table is read as half2 pairs
-// (rows padded to even k), an f32 one a float at a time; DenseRow says how.
-template <typename TAB>
+// y[t, n] = sum_k x[t, k] * table[n, k]: the head. A 16-bit table (f16 or bf16, rows
+// padded to a multiple of 8) is read 8 values a 16-byte load, an f32 one a float at a
+// time; DenseRow<FORMAT> says how.
+struct F16x8;
+struct BF16x8;
+template <typename FORMAT>
 struct DenseRow;
 template <>
-struct DenseRow<__half2> {
-    static constexpr int cols = 2;
-    __device__ static void load(const __half2* row, int i, float (&v)[2]) {
-        const float2 f = __half22float2(__ldg(row + i));
-        v[0] = f.x, v[1] = f.y;
-    }
+struct DenseRow<F16x8> {
+    using Word = uint4;
+    static constexpr int cols = 8;
+    __device__ static float value(uint32_t bits) { return __half2float(__ushort_as_half((unsigned short)bits)); }
+};
+template <>
+struct DenseRow<BF16x8> {
+    using Word = uint4;
+    static constexpr int cols = 8;
+    __device__ static float value(uint32_t bits) { return bf16_bits_to_float(bits); }
 };
 template <>
 struct DenseRow<float> {
+    using Word = float;
     static constexpr int cols = 1;
-    __device__ static void load(const float* row, int i, float (&v)[2]) { v[0] = __ldg(row + i); }
 };
-// `loads` is the row length in TABs (k / cols rounded up).
-template <typename TAB>
-__device__ void matmul_dense_body(const TAB* __restrict__ table, const float* __restrict__ x,
-                                  float* __restrict__ y, int n, int k, int loads, int t_total) {
-    constexpr int C = DenseRow<TAB>::cols;
+template <typename FORMAT>
+__device__ __forceinline__ void load_dense(const typename DenseRow<FORMAT>::Word* row, int i,
+                                           float (&v)[DenseRow<FORMAT>::cols]) {
+    const uint4 w = __ldg(row + i);
+    const uint32_t u[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        v[2 * j] = DenseRow<FORMAT>::value(u[j] & 0xffffu);
+        v[2 * j + 1] = DenseRow<FORMAT>::value(u[j] >> 16);
+    }
+}
+template <>
+__device__ __forceinline__ void load_dense<float>(const float* row, int i, float (&v)[1]) {
+    v[0] = __ldg(row + i);
+}
+// `loads` is the row length in Words (the padded row / cols).
+template <typename FORMAT>
+__device__ void matmul_dense_body(const typename DenseRow<FORMAT>::Word* __restrict__ table,
+                                  const float* __restrict__ x, float* __restrict__ y, int n, int k,
+                                  int loads, int t_total) {
+    constexpr int C = DenseRow<FORMAT>::cols;
     const int lane = threadIdx.x % WARP;
     const int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     const int t0 = blockIdx.y * MAXT;
@@ -279,10 +311,10 @@ __device__ void matmul_dense_body(const TAB* __restrict__ table, const float* __
     float acc[MAXT];
 #pragma unroll
     for (int tt = 0; tt < MAXT; tt++) acc[tt] = 0.0f;
-    const TAB* trow = table + (size_t)row * loads;
+    const typename DenseRow<FORMAT>::Word* trow = table + (size_t)row * loads;
     for (int i = lane; i < loads; i += WARP) {
-        float wv[2];
-        DenseRow<TAB>::load(trow, i, wv);
+        float wv[C];
+        load_dense<FORMAT>(trow, i, wv);
         const int k0 = C * i;
 #pragma unroll
         for (int tt = 0; tt < MAXT; tt++) {
@@ -302,13 +334,17 @@ __device__ void matmul_dense_body(const TAB* __restrict__ table, const float* __
         if (lane == 0) y[(size_t)(t0 + tt) * n + row] = total;
     }
 }
-extern "C" __global__ void matmul_dense_f16(const __half2* __restrict__ table, const float* __restrict__ x,
-                                            float* __restrict__ y, int n, int k, int kw2, int t_total) {
-    matmul_dense_body(table, x, y, n, k, kw2, t_total);
+extern "C" __global__ void matmul_dense_f16(const uint4* __restrict__ table, const float* __restrict__ x,
+                                            float* __restrict__ y, int n, int k, int loads, int t_total) {
+    matmul_dense_body<F16x8>(table, x, y, n, k, loads, t_total);
+}
+extern "C" __global__ void matmul_dense_bf16(const uint4* __restrict__ table, const float* __restrict__ x,
+                                             float* __restrict__ y, int n, int k, int loads, int t_total) {
+    matmul_dense_body<BF16x8>(table, x, y, n, k, loads, t_total);
 }
 extern "C" __global__ void matmul_dense_f32(const float* __restrict__ table, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int k, int t_total) {
-    matmul_dense_body(table, x, y, n, k, k, t_total);
+    matmul_dense_body<float>(table, x, y, n, k, k, t_total);
 }
 
 // RMSNorm over rows of d: one block per row.
@@ -419,6 +455,10 @@ __device__ void embed_body(const TAB* __restrict__ table, const int* __restrict_
 }
 extern "C" __global__ void embed_f16(const __half* __restrict__ table, const int* __restrict__ ids,
                                      float* __restrict__ x, int d, int stride) {
+    embed_body(table, ids, x, d, stride);
+}
+extern "C" __global__ void embed_bf16(const bf16* __restrict__ table, const int* __restrict__ ids,
+                                      float* __restrict__ x, int d, int stride) {
     embed_body(table, ids, x, d, stride);
 }
 extern "C" __global__ void embed_f32(const float* __restrict__ table, const int* __restrict__ ids,
