@@ -1,16 +1,27 @@
 """The WebGPU device layer over ``wgpu``: adapter choice, limits, pipelines, recording.
 
 Ops do not submit one by one: each dispatch is recorded into the current
-command encoder and everything recorded is submitted in one go when the host
-needs data (``read``) or when ``flush`` is called, so a decode step is one
-submission. Uniform parameters of all recorded dispatches go to one ring
-buffer written just before that submission.
+command encoder (one compute pass, until a copy or the submission ends it)
+and everything recorded is submitted in one go when the host needs data
+(``read``) or when ``flush`` is called, so a decode step is one submission.
+Uniform parameters of all recorded dispatches go to one ring buffer written
+just before that submission.
+
+What a decode step would otherwise create again at every step is reused:
+op outputs come from a ``BufferPool`` (freed arrays give their buffers back,
+by size), and bind groups are cached by (pipeline, parameter slot, buffers).
+A step's ops run in the same order every step, so from the second step on
+they get the same buffers and slots, and every bind group is a cache hit.
+``BITNET_WEBGPU_REUSE=0`` turns both off (fresh buffers and bind groups, as
+a check that reuse changes nothing).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +33,11 @@ from .shaders import preprocess, shader_source
 
 PARAM_SLOT = 256  # bytes per dispatch's uniform parameters (>= any minUniformBufferOffsetAlignment)
 PARAM_SLOTS = 2048
+POOL_MAX_CACHED_BYTES = 256 << 20  # freed buffers kept for reuse, in all
+POOL_MAX_BUFFER_BYTES = 32 << 20  # a larger freed buffer (an old KV cache) is released
+STAGE_BYTES = 1 << 20  # host data of one submission (token ids, positions), copied in order
+STAGE_MAX_UPLOAD = 64 << 10  # larger uploads (weights) get a fresh buffer written directly
+BIND_GROUP_CACHE = 8192  # bind groups kept (LRU); a decode step of a 30-layer model uses ~600
 
 
 def _quiet_headless_wsi() -> None:
@@ -85,6 +101,61 @@ def choose_adapter(explicit: bool) -> AdapterChoice:
     return AdapterChoice(adapter, desc, is_cpu)
 
 
+class PooledBuffer:
+    """A storage buffer from a ``BufferPool``: given back when the last array holding it goes."""
+
+    __slots__ = ("raw", "nbytes", "_pool", "__weakref__")
+
+    def __init__(self, raw: Any, nbytes: int, pool: BufferPool) -> None:
+        self.raw = raw
+        self.nbytes = nbytes
+        self._pool = weakref.ref(pool)
+
+    def __del__(self) -> None:
+        pool = self._pool()
+        if pool is not None:
+            pool.give(self.raw, self.nbytes)
+
+
+class BufferPool:
+    """Storage buffers reused by size once no array holds them (as CuPy's memory pool).
+
+    Every write into a pooled buffer is a recorded command (a dispatch, or a copy
+    from the staging buffer for small uploads): a buffer whose last reader is still
+    recorded in the pending encoder may be handed out again, and its next writer is
+    recorded after that reader, so WebGPU orders them. Large uploads
+    (``queue.write_buffer`` lands ahead of recorded commands) get fresh buffers,
+    which join the pool when freed.
+    """
+
+    def __init__(self, create: Any, forget: Any) -> None:
+        self._create = create
+        self._forget = forget
+        self._free: dict[int, list[Any]] = {}
+        self.cached_bytes = 0
+        self.hits = self.misses = 0
+
+    def take(self, nbytes: int) -> PooledBuffer:
+        free = self._free.get(nbytes)
+        if free:
+            self.hits += 1
+            self.cached_bytes -= nbytes
+            return PooledBuffer(free.pop(), nbytes, self)
+        self.misses += 1
+        return PooledBuffer(self._create(nbytes), nbytes, self)
+
+    def give(self, raw: Any, nbytes: int) -> None:
+        if nbytes <= POOL_MAX_BUFFER_BYTES and self.cached_bytes + nbytes <= POOL_MAX_CACHED_BYTES:
+            self._free.setdefault(nbytes, []).append(raw)
+            self.cached_bytes += nbytes
+        else:
+            self._forget(raw)  # its bind groups go; the buffer is released with them
+
+
+def _raw(buf: Any) -> Any:
+    return buf.raw if isinstance(buf, PooledBuffer) else buf
+
+
 class Device:
     """One wgpu device with its pipelines, parameter ring and pending command encoder."""
 
@@ -119,7 +190,18 @@ class Device:
         self._param_host = np.zeros(PARAM_SLOT * PARAM_SLOTS, dtype=np.uint8)
         self._used_slots = 0
         self._encoder: Any = None
+        self._pass: Any = None
         self.submissions = 0
+        self.reuse = os.environ.get("BITNET_WEBGPU_REUSE", "1").strip().lower() not in (
+            "0", "false", "no", "off",
+        )  # fmt: skip
+        self.pool = BufferPool(self._create_buffer, self._forget)
+        self._stage = self.device.create_buffer(size=STAGE_BYTES, usage=BU.COPY_SRC | BU.COPY_DST)
+        self._stage_host = np.zeros(STAGE_BYTES, dtype=np.uint8)
+        self._staged = 0
+        self._binds: OrderedDict[tuple, tuple[Any, tuple[Any, ...]]] = OrderedDict()
+        self._binds_of: dict[int, set[tuple]] = {}  # id(raw buffer) -> cache keys naming it
+        self.bind_hits = self.bind_misses = 0
 
     # --- capabilities -----------------------------------------------------
     def _supports_dot4(self) -> bool:
@@ -141,24 +223,37 @@ class Device:
                 f"{self.max_binding} (max-storage-buffer-binding-size): the model is too large for it"
             )
 
-    def buffer(self, nbytes: int, what: str = "buffer") -> Any:
-        nbytes = max(16, (nbytes + 15) // 16 * 16)
-        self.check_size(nbytes, what)
+    def _create_buffer(self, nbytes: int) -> Any:
         BU = self.wgpu.BufferUsage
         return self.device.create_buffer(size=nbytes, usage=BU.STORAGE | BU.COPY_SRC | BU.COPY_DST)
+
+    def buffer(self, nbytes: int, what: str = "buffer") -> Any:
+        """A storage buffer for GPU commands to write (from the pool when reuse is on)."""
+        nbytes = max(16, (nbytes + 15) // 16 * 16)
+        self.check_size(nbytes, what)
+        return self.pool.take(nbytes) if self.reuse else self._create_buffer(nbytes)
 
     def upload(self, data: np.ndarray, what: str = "array") -> Any:
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         if raw.size % 16:
             raw = np.concatenate([raw, np.zeros(16 - raw.size % 16, np.uint8)])
-        buf = self.buffer(raw.size, what)
+        self.check_size(raw.size, what)
+        if self.reuse and raw.size <= STAGE_MAX_UPLOAD:
+            if self._staged + raw.size > STAGE_BYTES:
+                self.flush()
+            off, self._staged = self._staged, self._staged + raw.size
+            self._stage_host[off : off + raw.size] = raw
+            buf = self.pool.take(raw.size)
+            self.copy(self._stage, off, buf, 0, raw.size)  # written in order with the ops
+            return buf
+        buf = self._create_buffer(raw.size)  # fresh: the write lands before pending commands
         self.device.queue.write_buffer(buf, 0, raw)
-        return buf
+        return PooledBuffer(buf, raw.size, self.pool) if self.reuse else buf  # freed: pooled
 
     def read(self, buf: Any, nbytes: int) -> np.ndarray:
         self.flush()
         try:
-            data = self.device.queue.read_buffer(buf, 0, (nbytes + 3) // 4 * 4)
+            data = self.device.queue.read_buffer(_raw(buf), 0, (nbytes + 3) // 4 * 4)
         except Exception as exc:
             raise ProviderError(f"wgpu queue.read_buffer failed: {exc}") from exc
         return np.frombuffer(data, dtype=np.uint8)[:nbytes]
@@ -194,40 +289,73 @@ class Device:
         raw = np.ascontiguousarray(params).view(np.uint8).reshape(-1)
         off = slot * PARAM_SLOT
         self._param_host[off : off + raw.size] = raw
-        entries = [
-            {
-                "binding": 0,
-                "resource": {"buffer": self._params, "offset": off, "size": max(16, raw.size)},
-            }
-        ]
-        entries += [{"binding": i + 1, "resource": {"buffer": b}} for i, b in enumerate(buffers)]
-        bind = self.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)
+        bind = self._bind_group(pipe, (name, defines), off, max(16, raw.size), buffers)
         if self._encoder is None:
             self._encoder = self.device.create_command_encoder()
-        cpass = self._encoder.begin_compute_pass()
-        cpass.set_pipeline(pipe)
-        cpass.set_bind_group(0, bind)
-        cpass.dispatch_workgroups(*groups)
-        cpass.end()
+        if self._pass is None:
+            self._pass = self._encoder.begin_compute_pass()
+        self._pass.set_pipeline(pipe)
+        self._pass.set_bind_group(0, bind)
+        self._pass.dispatch_workgroups(*groups)
+
+    def _bind_group(self, pipe: Any, key: tuple, off: int, size: int, buffers: list[Any]) -> Any:
+        raws = tuple(_raw(b) for b in buffers)
+        key = (*key, off, size, tuple(id(r) for r in raws))
+        hit = self._binds.get(key) if self.reuse else None
+        if hit is not None:
+            self.bind_hits += 1
+            self._binds.move_to_end(key)
+            return hit[0]
+        self.bind_misses += 1
+        entries = [
+            {"binding": 0, "resource": {"buffer": self._params, "offset": off, "size": size}}
+        ]
+        entries += [{"binding": i + 1, "resource": {"buffer": b}} for i, b in enumerate(raws)]
+        bind = self.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)
+        if self.reuse:  # the entry holds its buffers, so their ids stay theirs while it lives
+            self._binds[key] = (bind, raws)
+            for r in raws:
+                self._binds_of.setdefault(id(r), set()).add(key)
+            if len(self._binds) > BIND_GROUP_CACHE:
+                old, (_, old_raws) = self._binds.popitem(last=False)
+                for r in old_raws:
+                    self._binds_of.get(id(r), set()).discard(old)
+        return bind
+
+    def _forget(self, raw: Any) -> None:
+        """Drop the cached bind groups that name ``raw`` (the pool is letting it go)."""
+        for key in self._binds_of.pop(id(raw), ()):
+            self._binds.pop(key, None)
+
+    def _end_pass(self) -> None:
+        if self._pass is not None:
+            self._pass.end()
+            self._pass = None
 
     def copy(self, src: Any, src_off: int, dst: Any, dst_off: int, nbytes: int) -> None:
         """Record a buffer-to-buffer copy (offsets and size multiples of 4)."""
         if self._encoder is None:
             self._encoder = self.device.create_command_encoder()
-        self._encoder.copy_buffer_to_buffer(src, src_off, dst, dst_off, nbytes)
+        self._end_pass()
+        self._encoder.copy_buffer_to_buffer(_raw(src), src_off, _raw(dst), dst_off, nbytes)
 
     def flush(self) -> None:
         """Submit everything recorded since the last flush."""
         if self._encoder is None:
             return
         try:
+            self._end_pass()
             if self._used_slots:
                 n = self._used_slots * PARAM_SLOT
                 self.device.queue.write_buffer(self._params, 0, self._param_host[:n])
+            if self._staged:
+                self.device.queue.write_buffer(self._stage, 0, self._stage_host[: self._staged])
             self.device.queue.submit([self._encoder.finish()])
         except Exception as exc:
             raise ProviderError(f"wgpu queue.submit failed: {exc}") from exc
         finally:
             self._encoder = None
+            self._pass = None
             self._used_slots = 0
+            self._staged = 0
         self.submissions += 1

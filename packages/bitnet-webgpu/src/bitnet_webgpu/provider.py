@@ -345,7 +345,9 @@ class WebGPUProvider(ReferenceProvider):
             raise ShapeError(f"attention: q {q.shape} vs cache {k_cache.shape} at {start}")
         out = self._new(q.shape)
         if t:
-            s_max = start + t
+            # rows of the scores scratch as long as the cache, not the position: the same
+            # buffer size (so the same pooled buffer and bind group) at every decode step
+            s_max = int(k_cache.shape[0])
             scratch = self.dev.buffer(t * hq * s_max * 4, "attention scores")
             params = np.zeros(8, dtype=np.uint32)
             params[:6] = [t, hq, hkv, d, s_max, start]
