@@ -38,10 +38,11 @@ from typing import Any
 
 import numpy as np
 
+from bitnet_core.hal.switches import env_enabled
 from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.kv_cache import Sequence
 
-from .provider import CudaProvider, CudaTernary, HalfTable, env_enabled
+from .provider import CudaProvider, CudaTernary, HalfTable
 
 log = logging.getLogger("bitnet")
 

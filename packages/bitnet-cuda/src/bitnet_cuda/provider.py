@@ -10,7 +10,6 @@ this package installs and reports itself unavailable where there is none.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +18,7 @@ import numpy as np
 from bitnet_core.errors import ProviderError, ShapeError, UnsupportedOperationError
 from bitnet_core.formats.dense import BF16Array, bf16_to_f32
 from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
+from bitnet_core.hal.switches import env_enabled
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.providers.reference import ReferenceProvider
 
@@ -30,11 +30,6 @@ MMA_WARPS, MMA_NT = 4, 4  # matmul_i2s_mma: warps a block, 8-token groups a warp
 #: from this many tokens a ternary matmul runs on int8 tensor cores (sm_80+)
 MMA_MIN_TOKENS = 16
 CUPY_HINT = "pip install 'bitnet-cuda[cuda12]' (or [cuda13] for a CUDA 13 driver)"
-
-
-def env_enabled(name: str) -> bool:
-    """``name`` is unset or not one of ``0``, ``false``, ``no``, ``off``."""
-    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def import_cupy() -> Any:

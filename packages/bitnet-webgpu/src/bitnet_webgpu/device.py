@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import DeviceUnavailableError, ProviderError
+from bitnet_core.hal.switches import env_enabled
 
 from .shaders import preprocess, shader_source
 
@@ -192,9 +193,7 @@ class Device:
         self._encoder: Any = None
         self._pass: Any = None
         self.submissions = 0
-        self.reuse = os.environ.get("BITNET_WEBGPU_REUSE", "1").strip().lower() not in (
-            "0", "false", "no", "off",
-        )  # fmt: skip
+        self.reuse = env_enabled("BITNET_WEBGPU_REUSE")
         self.pool = BufferPool(self._create_buffer, self._forget)
         self._stage = self.device.create_buffer(size=STAGE_BYTES, usage=BU.COPY_SRC | BU.COPY_DST)
         self._stage_host = np.zeros(STAGE_BYTES, dtype=np.uint8)

@@ -21,16 +21,15 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..errors import ShapeError
+from ..hal.switches import env_enabled
 from ..model.backend import GenericBackend
 from ..model.kv_cache import Sequence
 from .cpu_native import file_extent, release_file_pages
 
-_OFF = ("0", "false", "no", "off")
-
 
 def fused_enabled() -> bool:
     """``BITNET_CPU_FUSED`` is unset or not one of ``0``, ``false``, ``no``, ``off``."""
-    return os.environ.get("BITNET_CPU_FUSED", "1").strip().lower() not in _OFF
+    return env_enabled("BITNET_CPU_FUSED")
 
 
 class FusedCpuBackend(GenericBackend):
