@@ -23,12 +23,17 @@ import numpy as np
 import pytest
 from cuda_emulator import EmulatedCudaProvider, missing
 
-from bitnet_core.config import BitNetConfig
 from bitnet_core.formats.dense import BF16Array
 from bitnet_core.model import KVCacheConfig, Model, random_weights
 from bitnet_core.model.backend import GenericBackend
 from bitnet_core.providers.reference import ReferenceProvider
 from bitnet_core.testing import conformance
+from bitnet_core.testing.strict import (
+    assert_logits_close,
+    check_decode_steps,
+    check_greedy_equal,
+    strict_config,
+)
 from bitnet_cuda.backend import CudaBackend
 
 if missing():
@@ -51,20 +56,6 @@ def test_kernels_take_the_nvrtc_path() -> None:
     p = _emulated()
     _ = p.cp
     assert p.kernel_source == "nvrtc"  # the fatbin is GPU code: refused, the .cu is built
-
-
-def small_config(activation: str, context: int = 64) -> BitNetConfig:
-    # odd sizes: head_dim 20, hidden 120, FFN 200 (none a multiple of 64), GQA 6/2
-    return BitNetConfig(
-        vocab_size=300,
-        hidden_size=120,
-        num_layers=2,
-        num_heads=6,
-        num_kv_heads=2,
-        intermediate_size=200,
-        context_length=context,
-        ffn_activation=activation,
-    )
 
 
 def reference_backend(weights, kv: str, block: int = 64) -> GenericBackend:
@@ -93,44 +84,30 @@ ENGINES = [("generic", "float32"), ("graphs", "float32"), ("graphs", "float16")]
 )
 def models(request):
     activation, engine, kv = request.param
-    weights = random_weights(small_config(activation), seed=7)
+    weights = random_weights(strict_config(activation), seed=7)
     return Model(reference_backend(weights, kv)), Model(cuda_backend(weights, kv, engine))
-
-
-def _close(got: np.ndarray, want: np.ndarray) -> None:
-    # int8 activation codes may flip where float rounding differs: a small,
-    # bounded drift relative to the logits' range
-    scale = float(np.abs(want).max())
-    np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * scale)
 
 
 @pytest.mark.parametrize("length", [12, 40])  # > MAXT (dp4a tiles); >= 16: tensor cores
 def test_prefill_logits(models, length: int):
     ref_model, cuda_model = models
     prompt = (np.arange(length) * 37 + 1) % 300
-    _close(cuda_model.logits(prompt), ref_model.logits(prompt))
+    assert_logits_close(cuda_model.logits(prompt), ref_model.logits(prompt))
 
 
 def test_decode_steps(models):
     ref_model, cuda_model = models
-    rb, cb = ref_model.backend, cuda_model.backend
-    with rb.new_cache() as rs, cb.new_cache() as cs:
-        _close(cb.forward([4, 8, 15], cs), rb.forward([4, 8, 15], rs))
-        for tok in (16, 23, 42, 0, 299):
-            _close(cb.forward([tok], cs), rb.forward([tok], rs))
+    check_decode_steps(ref_model.backend, cuda_model.backend)
 
 
 def test_greedy_tokens(models):
-    ref_model, cuda_model = models
-    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
-    want = ref_model.generate_ids(prompt, max_tokens=12, temperature=0.0)
-    assert cuda_model.generate_ids(prompt, max_tokens=12, temperature=0.0) == want
+    check_greedy_equal(*models)
 
 
 def test_bfloat16_tables_stay_bfloat16_on_the_device() -> None:
     """A BF16 file's embedding and head are uploaded as bfloat16 (two bytes a value, rows
     padded to 8 for 16-byte loads), gathered and multiplied as such, fused and graphed."""
-    cfg = dataclasses.replace(small_config("silu"), tied_embeddings=False)
+    cfg = dataclasses.replace(strict_config("silu"), tied_embeddings=False)
     weights = random_weights(cfg, seed=3)
     for name in ("token_embd.weight", "output.weight"):
         weights.dense[name] = BF16Array.from_float(weights.dense[name])
@@ -138,11 +115,9 @@ def test_bfloat16_tables_stay_bfloat16_on_the_device() -> None:
     for table in (cb.weights.embedding, cb.weights.head):
         assert table.kind == "bf16" and table.data.dtype == np.uint16
         assert table.data.shape == (300, 120) and table.cols == 120
-    rb = reference_backend(weights, "float16")
-    with rb.new_cache() as rs, cb.new_cache() as cs:
-        _close(cb.forward([4, 8, 15, 299], cs), rb.forward([4, 8, 15, 299], rs))
-        for tok in (16, 23, 42, 0):
-            _close(cb.forward([tok], cs), rb.forward([tok], rs))
+    check_decode_steps(
+        reference_backend(weights, "float16"), cb, prompt=(4, 8, 15, 299), tokens=(16, 23, 42, 0)
+    )
 
 
 @pytest.mark.parametrize("kv", ["float32", "float16"])
@@ -155,7 +130,7 @@ def test_graphs_replay_as_the_kernels_run(kv: str) -> None:
     at every step, against the reference for the first 25: at step 29 an int8 code at
     a quantizer tie goes the other way on every CUDA engine alike (measured).
     """
-    weights = random_weights(small_config("relu2", context=70), seed=3)
+    weights = random_weights(strict_config("relu2", context=70), seed=3)
     ref, generic = reference_backend(weights, kv, 16), cuda_backend(weights, kv, "generic", 16)
     graphs, eager = cuda_backend(weights, kv, "graphs", 16), cuda_backend(weights, kv, "fused", 16)
     for b in (graphs, eager):
@@ -170,16 +145,16 @@ def test_graphs_replay_as_the_kernels_run(kv: str) -> None:
             b.forward([tok], s) for b, s in zip(engines, seqs, strict=True)
         )
         np.testing.assert_array_equal(got, launched)
-        _close(got, unsplit)
+        assert_logits_close(got, unsplit)
         if step < 25:
-            _close(got, want)
+            assert_logits_close(got, want)
     assert seqs[2].length == 70
     layouts = {key[-2][0] for key in graphs._graphs}
     assert layouts == {16, 32, 64, 80}  # capacities: blocks of 16 tokens, doubling
 
 
 def test_failed_capture_falls_back_to_launches(caplog) -> None:
-    weights = random_weights(small_config("silu"), seed=5)
+    weights = random_weights(strict_config("silu"), seed=5)
     ref, cuda = reference_backend(weights, "float32"), cuda_backend(weights, "float32", "graphs")
 
     def refuse() -> None:
@@ -188,7 +163,7 @@ def test_failed_capture_falls_back_to_launches(caplog) -> None:
     cuda.stream.begin_capture = refuse
     with ref.new_cache() as rs, cuda.new_cache() as cs:
         for tok in ([1, 2], [3], [4]):
-            _close(cuda.forward(tok, cs), ref.forward(tok, rs))
+            assert_logits_close(cuda.forward(tok, cs), ref.forward(tok, rs))
     assert not cuda.use_graphs and not cuda._graphs
     assert "decoding without graphs" in caplog.text
 
