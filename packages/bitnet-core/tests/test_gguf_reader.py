@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
+import subprocess
+import sys
 
 import gguf
 import numpy as np
@@ -98,6 +100,38 @@ def test_tensors_are_views_of_the_file(files):
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+READ_ONLY_IMPORTS = """
+import sys
+import bitnet_core
+model = bitnet_core.load(sys.argv[1], device="cpu-reference")
+print(sorted(n for n in ("gguf", "yaml", "sentencepiece") if n in sys.modules))
+from bitnet_core.gguf import gguf_constants as ours
+import gguf
+print(ours.GGMLQuantizationType is gguf.GGMLQuantizationType)
+assert ours.GGML_QUANT_SIZES[gguf.GGMLQuantizationType.TQ2_0] == (256, 66)
+assert gguf.GGML_QUANT_SIZES[ours.GGMLQuantizationType.TQ2_0] == (256, 66)
+for a, b in ((ours.GGMLQuantizationType, gguf.GGMLQuantizationType),
+             (ours.GGUFValueType, gguf.GGUFValueType)):
+    assert {m.name: int(m) for m in a} == {m.name: int(m) for m in b}
+    assert all(m == b[m.name] and hash(m) == hash(b[m.name]) for m in a)
+"""
+
+
+def test_reading_imports_gguf_py_constants_only(files):
+    """A process that only reads never imports all of gguf-py (writer, yaml, sentencepiece).
+
+    Its constants are loaded alone from gguf-py's file; once gguf-py is imported
+    too, their members equal and hash as gguf-py's.
+    """
+    run = subprocess.run(
+        [sys.executable, "-c", READ_ONLY_IMPORTS, str(files["tq2_0"])],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["[]", "False"]
 
 
 def test_opening_a_2gb_model_reads_no_tensor_data(tmp_path):

@@ -11,7 +11,18 @@
 from .container import GGUFFile, TensorInfo
 from .metadata import config_from_metadata, expected_shapes, metadata_from_config
 from .model_file import ModelFile, open_model_file
-from .writer import WRITABLE_TERNARY_TYPES, write_gguf
+
+_WRITER_NAMES = ("WRITABLE_TERNARY_TYPES", "write_gguf")
+
+
+def __getattr__(name: str):
+    # the writer imports all of gguf-py (GGUFWriter); a process that only reads never does
+    if name in _WRITER_NAMES:
+        from . import writer
+
+        return getattr(writer, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "WRITABLE_TERNARY_TYPES",

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType
-from gguf.quants import dequantize
 
 from ..errors import GGUFFormatError, ModelFileError, UnsupportedModelError
 from ..formats import get_codec
 from ..formats.dense import BF16Array, bf16_to_f32
+from .gguf_constants import GGMLQuantizationType
 from .header import Header, RawTensor, scan_header
 from .types import BITNET_CPP_UNSUPPORTED, GGML_TYPE_I2_S, block_sizes, type_name
 
@@ -201,6 +200,8 @@ class GGUFFile:
             raise ModelFileError(
                 f"tensor {name!r} is ternary ({info.type_name}); read it with ternary()", self.path
             )
+        from gguf.quants import dequantize  # all of gguf-py: only for other quantized types
+
         try:
             qtype = GGMLQuantizationType(info.type_id)
             return dequantize(np.asarray(raw), qtype).reshape(info.shape).astype(np.float32)

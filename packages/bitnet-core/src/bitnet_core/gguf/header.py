@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
 
 from ..errors import GGUFFormatError
+from .gguf_constants import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
 
 MAX_DIMS = 4  # GGML_MAX_DIMS
 _U64 = struct.Struct("<Q")

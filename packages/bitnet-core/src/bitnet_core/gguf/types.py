@@ -10,7 +10,7 @@ the file gives the tensor.
 
 from __future__ import annotations
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from .gguf_constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 #: bitnet.cpp's I2_S type id (its ggml fork, ``ggml.h``).
 GGML_TYPE_I2_S = 36
