@@ -15,6 +15,11 @@ on), ``i2_128`` (our repacked 2-bit layout), ``tq1_160`` (1.6 bits). Also
 times the dense output head (float16 and the int8 variant).
 
     uv run --no-sync python tools/bench/gemv_bandwidth.py --threads 2 1 --out gemv.json --png gemv.png
+
+``--shapes 2560x6912 ...`` times only those shapes, ``--no-head`` skips the
+head, ``--working-set-mb`` sets the bytes cycled through (and streamed by the
+read probe): below the last-level cache the figures are cache bandwidth, as in
+the tools' smoke test, not the machine's memory.
 """
 
 from __future__ import annotations
@@ -38,8 +43,7 @@ SHAPES = {
     "BitNet-b1.58-2B-4T": [(2560, 2560), (6912, 2560), (2560, 6912), (640, 2560)],
 }
 HEADS = {"bitnet_b1_58-large head": (32000, 1536)}
-WORKING_SET = 256 << 20  # bytes of weights cycled through per measurement
-PROBE_BYTES = 256 << 20  # bytes the read-bandwidth probe streams per measurement
+WORKING_SET_MB = 256  # MiB of weights cycled through per measurement, and read by the probe
 
 
 def default_isa() -> str:
@@ -62,10 +66,10 @@ def copy_bandwidth(nbytes: int = 512 << 20, reps: int = 7) -> dict:
 
 
 class ReadProbe:
-    """Streams ``PROBE_BYTES`` with every thread of ``kernels``: the read bandwidth."""
+    """Streams ``nbytes`` with every thread of ``kernels``: the read bandwidth."""
 
-    def __init__(self) -> None:
-        self.buf = np.random.default_rng(0).integers(0, 256, PROBE_BYTES, dtype=np.uint8)
+    def __init__(self, nbytes: int) -> None:
+        self.buf = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
 
     def seconds(self, kernels) -> float:
         t0 = time.perf_counter()
@@ -88,7 +92,7 @@ def measure(fn, items, probe: ReadProbe, kernels, reps: int) -> tuple[list[float
         fn(it)
     calls, reads = [], []
     for _ in range(reps):
-        reads.append(PROBE_BYTES / probe.seconds(kernels) / 1e9)
+        reads.append(probe.buf.nbytes / probe.seconds(kernels) / 1e9)
         t0 = time.perf_counter()
         for it in items:
             fn(it)
@@ -109,11 +113,13 @@ def summary(nbytes: int, calls: list[float], reads: list[float]) -> dict:
     }
 
 
-def bench_ternary(kernels, probe, rows: int, cols: int, layout: str, reps: int) -> dict:
+def bench_ternary(
+    kernels, probe, rows: int, cols: int, layout: str, reps: int, working_set: int
+) -> dict:
     rng = np.random.default_rng(rows * cols)
     codes = rng.integers(-1, 2, size=(rows, cols), dtype=np.int8)
     first = make_matrix(codes, layout)
-    copies = max(2, WORKING_SET // first.nbytes)
+    copies = max(2, working_set // first.nbytes)
     mats = [first] + [make_matrix(codes, layout) for _ in range(copies - 1)]
     x = rng.standard_normal((1, cols)).astype(np.float32)
     calls, reads = measure(lambda m: kernels.linear(x, m), mats, probe, kernels, reps)
@@ -145,30 +151,57 @@ def bench_head(kernels, probe, rows: int, cols: int, kind: str, reps: int) -> di
     return out
 
 
+def chosen_shapes(wanted: list[str] | None) -> list[tuple[str, tuple[int, int]]]:
+    """``(model, (rows, cols))`` to time: every model shape, or ``wanted`` (ValueError if bad)."""
+    known = [(model, shape) for model, shapes in SHAPES.items() for shape in shapes]
+    if not wanted:
+        return known
+    out = []
+    for text in wanted:
+        try:
+            rows, cols = (int(v) for v in text.lower().split("x"))
+        except ValueError:
+            raise ValueError(f"{text!r} is not ROWSxCOLS, e.g. 2560x6912") from None
+        if rows < 1 or cols < 256 or cols % 256:
+            raise ValueError(f"{text}: rows >= 1 and columns a multiple of 256 (TQ2_0 blocks)")
+        model = next((m for m, shape in known if shape == (rows, cols)), "custom")
+        out.append((model, (rows, cols)))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--isa", default=default_isa())
     ap.add_argument("--threads", type=int, nargs="+", default=[len(os.sched_getaffinity(0))])
     ap.add_argument("--layouts", nargs="+", default=["tq2_0", "i2_128", "tq1_160"])
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--shapes", nargs="+", metavar="ROWSxCOLS", help="only these shapes")
+    ap.add_argument("--no-head", action="store_true", help="skip the output head")
+    ap.add_argument("--working-set-mb", type=int, default=WORKING_SET_MB)
     ap.add_argument("--out", type=Path, default=Path("gemv_bandwidth.json"))
     ap.add_argument("--png", type=Path, default=None)
     args = ap.parse_args(argv)
+    try:
+        shapes = chosen_shapes(args.shapes)
+    except ValueError as exc:
+        ap.error(f"--shapes: {exc}")
+    if args.working_set_mb < 1:
+        ap.error("--working-set-mb must be at least 1")
+    working_set = args.working_set_mb << 20
 
-    copy = copy_bandwidth()
+    copy = copy_bandwidth(2 * working_set)
     print(f"numpy copy: {copy['median_gbps']:.1f} GB/s copied (median)")
-    probe = ReadProbe()
+    probe = ReadProbe(working_set)
     results = []
     for threads in args.threads:
         kernels = _native.Kernels(args.isa, threads)
         rows_out = []
-        for model, shapes in SHAPES.items():
-            for rows, cols in shapes:
-                for layout in args.layouts:
-                    r = bench_ternary(kernels, probe, rows, cols, layout, args.reps)
-                    r.update(model=model, threads=threads)
-                    rows_out.append((f"{rows}x{cols}", layout, r))
-        for name, (rows, cols) in HEADS.items():
+        for model, (rows, cols) in shapes:
+            for layout in args.layouts:
+                r = bench_ternary(kernels, probe, rows, cols, layout, args.reps, working_set)
+                r.update(model=model, threads=threads)
+                rows_out.append((f"{rows}x{cols}", layout, r))
+        for name, (rows, cols) in {} if args.no_head else HEADS.items():
             for kind in ("f16", "int8"):
                 r = bench_head(kernels, probe, rows, cols, kind, args.reps)
                 r.update(model=name, threads=threads)
@@ -190,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "isa": args.isa,
         "copy": copy,
-        "probe_bytes": PROBE_BYTES,
+        "probe_bytes": probe.buf.nbytes,
         "results": results,
     }
     args.out.write_text(json.dumps(report, indent=2))

@@ -1,0 +1,111 @@
+"""The CPU benchmark scripts of tools/bench run end to end and write what they promise.
+
+Smoke runs on small shapes and a tiny model: the figures are not judged here
+(speed is measured by running the scripts, docs/CPU_KERNELS.md), only that
+the scripts work, cover what they say and refuse bad arguments.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_script(name: str):
+    path = ROOT / "tools" / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_gemv_bandwidth_small_run(tmp_path):
+    gemv = load_script("gemv_bandwidth")
+    out = tmp_path / "gemv.json"
+    argv = ["--threads", "2", "1", "--shapes", "640x2560", "48x512", "--working-set-mb", "4"]
+    assert gemv.main([*argv, "--reps", "2", "--no-head", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    got = {(r["threads"], r["model"], r["rows"], r["cols"], r["layout"]) for r in report["results"]}
+    want = {
+        (t, model, rows, cols, layout)
+        for t in (2, 1)
+        for model, rows, cols in (("BitNet-b1.58-2B-4T", 640, 2560), ("custom", 48, 512))
+        for layout in ("tq2_0", "i2_128", "tq1_160")
+    }
+    assert got == want
+    for r in report["results"]:
+        # a row's blocks: 66 bytes a 256 (TQ2_0), 32 a 128 (i2_128), 32 a 160 (tq1_160, padded)
+        per, nbytes = {"tq2_0": (256, 66), "i2_128": (128, 32), "tq1_160": (160, 32)}[r["layout"]]
+        assert r["weight_bytes"] == r["rows"] * -(-r["cols"] // per) * nbytes
+        assert r["median_us"] > 0 and r["read_gbps_median"] > 0
+        assert r["frac_of_read"] == pytest.approx(
+            r["weight_bytes"] / r["median_us"] / 1e3 / r["read_gbps_median"]
+        )
+    assert report["probe_bytes"] == 4 << 20
+
+
+@pytest.mark.parametrize("shape", ["12y", "48x300", "0x512"])
+def test_gemv_bandwidth_refuses_bad_shapes(shape, capsys):
+    gemv = load_script("gemv_bandwidth")
+    with pytest.raises(SystemExit) as exc:
+        gemv.main(["--shapes", shape])
+    assert exc.value.code == 2
+    assert "--shapes" in capsys.readouterr().err
+
+
+def test_model_vs_llamacpp_small_run(tmp_path):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from bitnet_core.config import BitNetConfig
+    from bitnet_core.model import random_model_file
+
+    bench = load_script("model_vs_llamacpp")
+    cfg = BitNetConfig(
+        vocab_size=512,
+        hidden_size=256,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=512,
+        context_length=128,
+    )
+    model = random_model_file(tmp_path / "tiny.gguf", cfg, seed=2, ternary_type="tq2_0")
+    out = tmp_path / "model.json"
+    argv = ["--model", str(model), "--threads", "1", "--runs", "2", "--n-prompt", "8"]
+    assert bench.main([*argv, "--n-gen", "4", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["ours"]["info"]["provider"].startswith("cpu-")
+    assert report["llama"]["info"]["provider"] == "llama-cpp-python"
+    for engine in ("ours", "llama"):
+        for key in ("pp", "tg"):
+            runs = report[engine][key]["runs"]
+            assert len(runs) == 2 and min(runs) > 0
+    ratio = report["ours"]["tg"]["median"] / report["llama"]["tg"]["median"]
+    assert report["ratio_tg"] == pytest.approx(ratio)
+    # the KV cache our run holds: 8 + 4 + 1 tokens, K and V, 2 layers, 2 heads of 64, float16
+    assert report["kv_cache_bytes"] == 13 * 2 * 2 * 2 * 64 * 2
+    assert report["gguf_bytes"] == model.stat().st_size
+    assert report["peak_rss_bytes"] > report["rss_before_load_bytes"] > 0
+    assert report["rss_over_gguf_plus_kv"] == pytest.approx(
+        report["peak_rss_bytes"] / (report["gguf_bytes"] + report["kv_cache_bytes"])
+    )
+
+
+def test_pytest_benchmark_kernels_run_once():
+    """bitnet-core's pytest-benchmark file, each benchmark run once (``--benchmark-disable``)."""
+    bench = ROOT / "packages" / "bitnet-core" / "benchmarks" / "bench_cpu_kernels.py"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(bench)]
+        + ["--benchmark-disable"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout.splitlines()[-1]
