@@ -64,17 +64,10 @@ def test_model_vs_llamacpp_small_run(tmp_path):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     from bitnet_core.config import BitNetConfig
     from bitnet_core.model import random_model_file
+    from bitnet_core.testing.model import FILE_CONFIG
 
     bench = load_script("model_vs_llamacpp")
-    cfg = BitNetConfig(
-        vocab_size=512,
-        hidden_size=256,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        intermediate_size=512,
-        context_length=128,
-    )
+    cfg = BitNetConfig(**FILE_CONFIG)  # the conformance kit's GGUF-sized model
     model = random_model_file(tmp_path / "tiny.gguf", cfg, seed=2, ternary_type="tq2_0")
     out = tmp_path / "model.json"
     argv = ["--model", str(model), "--threads", "1", "--runs", "2", "--n-prompt", "8"]
@@ -88,8 +81,9 @@ def test_model_vs_llamacpp_small_run(tmp_path):
             assert len(runs) == 2 and min(runs) > 0
     ratio = report["ours"]["tg"]["median"] / report["llama"]["tg"]["median"]
     assert report["ratio_tg"] == pytest.approx(ratio)
-    # the KV cache our run holds: 8 + 4 + 1 tokens, K and V, 2 layers, 2 heads of 64, float16
-    assert report["kv_cache_bytes"] == 13 * 2 * 2 * 2 * 64 * 2
+    # the KV cache our run holds: 8 + 4 + 1 tokens, K and V, every layer's KV heads, float16
+    kv_width = cfg.num_layers * cfg.num_kv_heads * cfg.head_dim
+    assert report["kv_cache_bytes"] == 13 * 2 * kv_width * 2
     assert report["gguf_bytes"] == model.stat().st_size
     assert report["peak_rss_bytes"] > report["rss_before_load_bytes"] > 0
     assert report["rss_over_gguf_plus_kv"] == pytest.approx(
