@@ -8,6 +8,9 @@
 #   wheel cache that later runs on the same machine reuse.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=ci/uv.sh
+source ci/uv.sh
+ensure_uv
 PY=.venv/bin/python
 WHEELS="${BITNET_WHEEL_CACHE:-$HOME/.cache/bitnet-ci/wheels}"
 LLAMA_VERSION=0.3.36
@@ -22,6 +25,6 @@ if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
     --wheel-dir "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
 fi
 echo "python extras: installing torch, transformers, llama-cpp-python"
-uv pip install --python "$PY" -q "${FIND_LINKS[@]}" \
+"$UV" pip install --python "$PY" -q "${FIND_LINKS[@]}" \
   "torch==2.13.0" "transformers>=4.57" safetensors sentencepiece protobuf \
   "llama-cpp-python==$LLAMA_VERSION"

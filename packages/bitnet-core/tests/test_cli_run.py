@@ -53,10 +53,6 @@ def test_bad_sampling_flag_is_an_error(tmp_path, capsys, clean_registry):
 
 @pytest.fixture(scope="module")
 def model_file(tmp_path_factory):
-    pytest.importorskip(
-        "bitnet_core.gguf", reason="GGUF writer (formats package) not in this build"
-    )
-    pytest.importorskip("bitnet_core.tokenizer", reason="tokenizer package not in this build")
     from bitnet_core.model import random_model_file
 
     return random_model_file(tmp_path_factory.mktemp("m") / "tiny.gguf", CFG, seed=1)

@@ -5,10 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytest.importorskip(
-    "bitnet_core.gguf", reason="GGUF reader/writer (formats package) not in this build"
-)
-
 import bitnet_core
 from bitnet_core.config import BitNetConfig
 from bitnet_core.errors import ModelFileError

@@ -65,11 +65,8 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
 def _tokenizer_from_metadata(metadata: dict) -> Any | None:
     if not any(str(k).startswith("tokenizer.") for k in metadata):
         return None
-    try:
-        from ..tokenizer import Tokenizer
-    except ImportError:  # the tokenizer package is not in this build
-        log.warning("bitnet_core.tokenizer is not available: text in/out disabled")
-        return None
+    from ..tokenizer import Tokenizer
+
     return Tokenizer.from_metadata(metadata)
 
 
