@@ -218,10 +218,10 @@ def create_app(
         check_model(req)
         try:
             messages = [{"role": m.role, "content": m.text()} for m in req.messages]
-            prompt = model.chat_prompt(messages, add_generation_prompt=True)
+            prompt_ids = await asyncio.to_thread(model.chat_ids, messages)
         except (ValueError, BitnetError) as exc:
             raise APIError(400, str(exc), param="messages") from exc
-        job = submit(encode(prompt), req)
+        job = submit(prompt_ids, req)
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
 
         def chunk(delta: dict, finish: str | None) -> dict:
