@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import time
 
 import numpy as np
@@ -31,6 +32,7 @@ CONFIG = BitNetConfig(
     context_length=128,
 )
 API_KEY = "sk-test-key"
+BODY_CAP = 1 << 16
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,13 @@ def model(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(model):
     app = create_app(
-        model, "tiny", api_key=API_KEY, max_active=4, max_queue=64, default_max_tokens=16
+        model,
+        "tiny",
+        api_key=API_KEY,
+        max_active=4,
+        max_queue=64,
+        default_max_tokens=16,
+        max_body_bytes=BODY_CAP,
     )
     with LiveServer(app) as live:
         yield live
@@ -94,6 +102,7 @@ def test_streamed_completion_seeded(client):
         ({"model": "nope", "prompt": "x"}, 404, "does not exist"),
         ({"model": "tiny"}, 400, "prompt"),
         ({"model": "tiny", "prompt": "x " * 400}, 400, "context"),
+        ({"model": "tiny", "prompt": "x", "max_tokens": 500}, 400, "max_tokens"),
         ({"model": "tiny", "prompt": [1, 2, 99999]}, 400, "vocabulary"),
         ({"model": "tiny", "prompt": "x", "logprobs": 3}, 400, "logprobs"),
         ({"model": "tiny", "prompt": "x", "n": 2}, 400, "n"),
@@ -107,6 +116,70 @@ def test_bad_requests_are_4xx_with_openai_body(server, body, status, needle):
     err = r.json()["error"]
     assert needle in err["message"] or needle == err.get("param")
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
+
+
+def _raw_post(server, head: str, body_chunks: list[bytes]) -> bytes:
+    """Send a request head and some body over a socket, without finishing the body; the reply."""
+    import socket
+
+    with socket.create_connection((server.host, server.port), timeout=30) as sock:
+        sock.sendall(head.encode())
+        for chunk in body_chunks:
+            sock.sendall(chunk)
+        data = b""
+        while b"\r\n\r\n" not in data or len(data.split(b"\r\n\r\n", 1)[1]) < int(
+            re.search(rb"content-length: (\d+)", data, re.I)[1]
+        ):
+            more = sock.recv(65536)
+            if not more:
+                break
+            data += more
+        return data
+
+
+def test_body_over_the_cap_is_413_before_it_is_read(server):
+    auth = f"Authorization: Bearer {API_KEY}\r\n"
+    # a declared length over the cap: answered at once, with no body sent at all
+    head = (
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + auth
+        + f"Content-Length: {1 << 30}\r\n\r\n"
+    )
+    reply = _raw_post(server, head, [])
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    assert b"request_too_large" in reply
+    # a chunked body: refused once it passes the cap, while the client is still sending
+    head = (
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + auth
+        + "Transfer-Encoding: chunked\r\n\r\n"
+    )
+    piece = b"x" * 4096
+    chunk = b"%x\r\n%s\r\n" % (len(piece), piece)
+    reply = _raw_post(server, head, [b'4\r\n{"a"\r\n'] + [chunk] * (2 * BODY_CAP // 4096))
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:200]
+    # under the cap, a big body is still an ordinary request
+    r = httpx.post(
+        server.url + "/v1/completions",
+        json={"model": "tiny", "prompt": "x", "max_tokens": 1, "user": "u" * (BODY_CAP // 2)},
+        headers={"Authorization": f"Bearer {API_KEY}"},
+    )
+    assert r.status_code == 200, r.text
+    assert httpx.get(server.url + "/health").json()["status"] == "ok"
+
+
+def test_max_tokens_default_bounded_by_the_context(server, model):
+    """No max_tokens and a prompt that leaves 6 tokens of context: a full answer, never an error."""
+    room = 6
+    prompt = [int(i) % 200 + 10 for i in range(CONFIG.context_length - room)]
+    r = httpx.post(
+        server.url + "/v1/completions",
+        json={"model": "tiny", "prompt": prompt, "temperature": 0},
+        headers={"Authorization": f"Bearer {API_KEY}"},
+        timeout=60,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["completion_tokens"] <= room
 
 
 def test_malformed_json(server):
@@ -282,6 +355,16 @@ def test_cli_serve_starts_and_answers(tmp_path, model):
             str(port),
             "--device",
             "cpu",
+            "--ctx-size",
+            "64",
+            "--threads",
+            "1",
+            "--kv-type",
+            "f32",
+            "-np",
+            "2",
+            "--kv-budget",
+            "16",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -305,6 +388,17 @@ def test_cli_serve_starts_and_answers(tmp_path, model):
         assert httpx.get(f"http://127.0.0.1:{port}/v1/models").status_code == 401
         r = httpx.get(f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": "Bearer k"})
         assert r.json()["data"][0]["id"] == "tiny"
+        r = httpx.post(  # --ctx-size 64 bounds max_tokens
+            f"http://127.0.0.1:{port}/v1/completions",
+            json={"prompt": "a", "max_tokens": 64},
+            headers={"Authorization": "Bearer k"},
+        )
+        assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+        kv_bytes_per_block = (
+            2 * CONFIG.num_layers * CONFIG.num_kv_heads * CONFIG.head_dim * 4 * 64
+        )  # f32, blocks of 64
+        assert f"bitnet_kv_cache_max_blocks {(16 << 20) // kv_bytes_per_block}" in metrics
     finally:
         proc.terminate()
         proc.wait(timeout=20)

@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._version import __version__
 from ..errors import BitnetError, ConfigError, ContextLengthError
+from .limits import BodyLimit
 from .metrics import render_metrics
 from .scheduler import DONE, Job, QueueFullError, Scheduler
 from .schemas import ChatRequest, CompletionRequest, _Sampling, error_body
@@ -52,8 +53,13 @@ def create_app(
     max_active: int = 8,
     max_queue: int = 256,
     default_max_tokens: int = 256,
+    max_body_bytes: int = 8 << 20,
 ) -> FastAPI:
-    """An app serving ``model`` under the name ``model_name``."""
+    """An app serving ``model`` under the name ``model_name``.
+
+    ``max_body_bytes`` caps a request body (413 beyond it); a request's
+    ``max_tokens`` is bounded by what the context leaves after its prompt.
+    """
     scheduler = Scheduler(model, max_active=max_active, max_queue=max_queue)
 
     @contextlib.asynccontextmanager
@@ -65,8 +71,10 @@ def create_app(
         title="bitnet", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan
     )
     app.state.scheduler = scheduler
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     started = time.time()
-    context = model.config.context_length
+    kv = getattr(getattr(model, "backend", None), "kv", None)
+    context = int(getattr(kv, "max_seq_len", 0) or model.config.context_length)
 
     # --- errors: always the OpenAI body, never a 500 for bad input -------------------
     @app.exception_handler(APIError)
@@ -125,8 +133,18 @@ def create_app(
                 param="prompt",
                 code="context_length_exceeded",
             )
+        room = context - len(prompt_ids)
+        asked = req.max_completion_tokens or req.max_tokens
+        if asked is not None and asked > room:
+            raise APIError(
+                400,
+                f"max_tokens is {asked} but the context ({context} tokens) leaves {room} "
+                f"after the prompt's {len(prompt_ids)}",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
         try:
-            params = req.sampling(default_max_tokens)
+            params = req.sampling(min(default_max_tokens, room))
         except ConfigError as exc:
             raise APIError(400, str(exc)) from exc
         try:
@@ -134,9 +152,10 @@ def create_app(
         except QueueFullError as exc:
             raise APIError(429, str(exc), "rate_limit_error", code="queue_full") from exc
 
-    def encode(text: str) -> list[int]:
+    async def encode(text: str) -> list[int]:
+        """The prompt's ids, as the file asks for BOS; tokenized off the event loop."""
         try:
-            return model.encode(text, add_bos=True)
+            return await asyncio.to_thread(model.encode, text)
         except BitnetError as exc:
             raise APIError(400, str(exc), param="prompt") from exc
 
@@ -178,7 +197,10 @@ def create_app(
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request) -> Any:
         check_model(req)
-        ids = encode(req.prompt) if isinstance(req.prompt, str) else [int(t) for t in req.prompt]
+        if isinstance(req.prompt, str):
+            ids = await encode(req.prompt)
+        else:
+            ids = [int(t) for t in req.prompt]
         if any(t < 0 or t >= model.config.vocab_size for t in ids):
             raise APIError(400, "token id out of the vocabulary", param="prompt")
         job = submit(ids, req)
