@@ -104,7 +104,32 @@ def test_streamed_completion_seeded(client):
         ({"model": "tiny", "prompt": "x " * 400}, 400, "context"),
         ({"model": "tiny", "prompt": "x", "max_tokens": 500}, 400, "max_tokens"),
         ({"model": "tiny", "prompt": [1, 2, 99999]}, 400, "vocabulary"),
-        ({"model": "tiny", "prompt": "x", "logprobs": 3}, 400, "logprobs"),
+        ({"model": "tiny", "prompt": "x", "logprobs": 99}, 400, "logprobs"),
+        ({"model": "tiny", "prompt": "x", "logit_bias": {"5": 3}}, 400, "logit_bias"),
+        ({"model": "tiny", "prompt": "x", "frobnicate": 1}, 400, "frobnicate"),
+        ({"model": "tiny", "prompt": "x", "response_format": {"type": "xml"}}, 400, "type"),
+        (
+            {"model": "tiny", "prompt": "x", "response_format": {"type": "json_schema"}},
+            400,
+            "schema",
+        ),
+        (
+            {
+                "model": "tiny",
+                "prompt": "x",
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "nonsense"}},
+                },
+            },
+            400,
+            "response_format",
+        ),
+        (
+            {"model": "tiny", "prompt": "x", "stream_options": {"bogus": True}},
+            400,
+            "stream_options",
+        ),
         ({"model": "tiny", "prompt": "x", "n": 2}, 400, "n"),
     ],
 )
@@ -418,3 +443,95 @@ def test_cli_serve_starts_and_answers(tmp_path, model):
         timeout=60,
     )
     assert bad.returncode != 0 and "error:" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# --- structured output and logprobs -------------------------------------------------
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "mood": {"enum": ["merry", "sad"]},
+    },
+    "required": ["name", "age", "mood"],
+    "additionalProperties": False,
+}
+
+
+def _schema_request(c, name: str, temperature: float) -> str:
+    r = c.chat.completions.create(
+        model=name,
+        messages=[{"role": "user", "content": "Who art thou?"}],
+        max_tokens=80,
+        temperature=temperature,
+        seed=7,
+        response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": PERSON}},
+    )
+    assert r.choices[0].finish_reason == "stop"
+    return r.choices[0].message.content
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_json_schema_output_validates(client, temperature):
+    jsonschema = pytest.importorskip("jsonschema")
+    text = _schema_request(client, "tiny", temperature)
+    jsonschema.validate(json.loads(text), PERSON)
+
+
+def test_json_schema_output_validates_on_the_demo_model():
+    jsonschema = pytest.importorskip("jsonschema")
+    demo = load(None, device="cpu")
+    with LiveServer(create_app(demo, "demo")) as live:
+        c = openai.OpenAI(base_url=live.url + "/v1", api_key="x", max_retries=0)
+        for temperature in (0.0, 0.8):
+            jsonschema.validate(json.loads(_schema_request(c, "demo", temperature)), PERSON)
+        r = c.completions.create(
+            model="demo",
+            prompt="ROMEO:",
+            max_tokens=40,
+            temperature=0,
+            extra_body={"response_format": {"type": "json_object"}},
+        )
+        assert r.choices[0].text.startswith("{")
+
+
+def test_chat_logprobs_are_the_models(client, model):
+    msgs = [{"role": "user", "content": "hi"}]
+    r = client.chat.completions.create(
+        model="tiny", messages=msgs, max_tokens=6, temperature=0, logprobs=True, top_logprobs=3
+    )
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    assert "".join(e.token for e in content) == r.choices[0].message.content
+    for e in content:  # greedy: the sampled token is the most likely one
+        assert len(e.top_logprobs) == 3
+        assert e.top_logprobs[0].token == e.token and e.top_logprobs[0].logprob == e.logprob
+        assert e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob >= e.top_logprobs[2].logprob
+    logits = model.logits(model.chat_ids(msgs))[-1].astype(np.float64)
+    expected = logits - logits.max() - np.log(np.exp(logits - logits.max()).sum())
+    assert content[0].logprob == pytest.approx(expected.max(), abs=1e-5)
+    streamed = client.chat.completions.create(
+        model="tiny", messages=msgs, max_tokens=6, temperature=0, logprobs=True, stream=True
+    )
+    tokens = [
+        e.token
+        for c in streamed
+        if c.choices and c.choices[0].logprobs
+        for e in c.choices[0].logprobs.content
+    ]
+    assert tokens == [e.token for e in content]
+
+
+def test_completion_logprobs(client):
+    r = client.completions.create(
+        model="tiny", prompt="ab", max_tokens=5, temperature=0, logprobs=2
+    )
+    lp = r.choices[0].logprobs
+    assert "".join(lp.tokens) == r.choices[0].text
+    assert len(lp.token_logprobs) == r.usage.completion_tokens == len(lp.top_logprobs)
+    assert all(
+        1 <= len(t) <= 2 and max(t.values()) == x
+        for t, x in zip(lp.top_logprobs, lp.token_logprobs, strict=True)
+    )
+    assert lp.text_offset[0] == 0

@@ -26,7 +26,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._version import __version__
 from ..errors import BitnetError, ConfigError, ContextLengthError
+from ..model.processors import LogprobRecorder
 from .limits import BodyLimit
+from .logprobs import chat_logprobs, completion_logprobs
 from .metrics import render_metrics
 from .scheduler import DONE, Job, QueueFullError, Scheduler
 from .schemas import ChatRequest, CompletionRequest, _Sampling, error_body
@@ -125,7 +127,31 @@ def create_app(
                 400, f"{missing} is not supported by this server", param=missing.split()[0]
             )
 
-    def submit(prompt_ids: list[int], req: _Sampling) -> Job:
+    def make_constraint(schema: dict | None) -> Any:
+        from ..model.structured import JsonConstraint, guidance_tokenizer, json_grammar
+
+        if model.tokenizer is None:
+            raise ConfigError("this model file has no tokenizer: no structured output")
+        grammar = json_grammar(schema)
+        lltok = guidance_tokenizer(model.tokenizer, model.config.vocab_size, model.eos_ids)
+        return JsonConstraint(lltok, grammar)
+
+    async def processors_for(req: _Sampling) -> tuple[tuple, LogprobRecorder | None]:
+        """The job's per-sequence processors: the JSON constraint, the logprob recorder."""
+        procs: list = []
+        constrained, schema = req.json_schema()
+        if constrained:
+            try:
+                procs.append(await asyncio.to_thread(make_constraint, schema))
+            except ConfigError as exc:
+                raise APIError(400, str(exc), param="response_format") from exc
+        top = req.logprob_count()
+        recorder = LogprobRecorder(top) if top is not None else None
+        if recorder is not None:
+            procs.append(recorder)
+        return tuple(procs), recorder
+
+    async def submit(prompt_ids: list[int], req: _Sampling) -> tuple[Job, LogprobRecorder | None]:
         if len(prompt_ids) >= context:
             raise APIError(
                 400,
@@ -147,8 +173,9 @@ def create_app(
             params = req.sampling(min(default_max_tokens, room))
         except ConfigError as exc:
             raise APIError(400, str(exc)) from exc
+        processors, recorder = await processors_for(req)
         try:
-            return scheduler.submit(prompt_ids, params)
+            return scheduler.submit(prompt_ids, params, processors), recorder
         except QueueFullError as exc:
             raise APIError(429, str(exc), "rate_limit_error", code="queue_full") from exc
 
@@ -203,16 +230,25 @@ def create_app(
             ids = [int(t) for t in req.prompt]
         if any(t < 0 or t >= model.config.vocab_size for t in ids):
             raise APIError(400, "token id out of the vocabulary", param="prompt")
-        job = submit(ids, req)
+        job, recorder = await submit(ids, req)
         cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        sent = [0, 0]  # logprob entries and characters already sent
 
         def chunk(text: str, finish: str | None) -> dict:
+            logprobs = None
+            if recorder is not None:
+                entries = recorder.entries[sent[0] :]
+                logprobs = completion_logprobs(model.tokenizer, entries, sent[1])
+                sent[0] += len(entries)
+                sent[1] += sum(len(t) for t in logprobs["tokens"])
             return {
                 "id": cid,
                 "object": "text_completion",
                 "created": created,
                 "model": model_name,
-                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+                "choices": [
+                    {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
+                ],
             }
 
         if req.stream:
@@ -243,16 +279,27 @@ def create_app(
             prompt_ids = await asyncio.to_thread(model.chat_ids, messages)
         except (ValueError, BitnetError) as exc:
             raise APIError(400, str(exc), param="messages") from exc
-        job = submit(prompt_ids, req)
+        job, recorder = await submit(prompt_ids, req)
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        sent = [0]  # logprob entries already sent
+
+        def logprobs() -> dict | None:
+            if recorder is None:
+                return None
+            entries = recorder.entries[sent[0] :]
+            sent[0] += len(entries)
+            return chat_logprobs(model.tokenizer, entries)
 
         def chunk(delta: dict, finish: str | None) -> dict:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            if recorder is not None:
+                choice["logprobs"] = logprobs()
             return {
                 "id": cid,
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model_name,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                "choices": [choice],
             }
 
         if req.stream:
@@ -281,6 +328,7 @@ def create_app(
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": text},
+                    "logprobs": logprobs(),
                     "finish_reason": finish_reason(job),
                 }
             ],

@@ -43,6 +43,8 @@ class Job:
     error: BaseException | None = None
     enqueued: float = field(default_factory=time.perf_counter)
     pieces: Iterator[str] | None = None
+    #: per-sequence logits processors (structured output, logprobs): model/processors.py
+    processors: tuple = ()
 
     def cancel(self) -> None:
         """Called when the client goes away: the worker drops the sequence at its next round."""
@@ -87,8 +89,8 @@ class Scheduler:
     def active(self) -> int:
         return len(self._active)
 
-    def submit(self, prompt_ids: list[int], params: SamplingParams) -> Job:
-        job = Job(prompt_ids, params, asyncio.get_running_loop())
+    def submit(self, prompt_ids: list[int], params: SamplingParams, processors: tuple = ()) -> Job:
+        job = Job(prompt_ids, params, asyncio.get_running_loop(), processors=processors)
         with self._cv:
             if len(self._pending) + len(self._active) >= self.max_queue:
                 self.stats.requests_rejected += 1
@@ -114,6 +116,7 @@ class Scheduler:
             job.params,
             eos_ids=self.model.eos_ids,
             stats=job.stats,
+            processors=job.processors,
         )
         job.pieces = stream_text(
             tokens, self.model.decode, job.prompt_ids, job.params.stop, job.stats
