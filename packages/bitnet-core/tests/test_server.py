@@ -225,13 +225,26 @@ def test_api_key_required(server):
 
 
 def test_metrics(server, client):
-    client.completions.create(model="tiny", prompt="m", max_tokens=3, temperature=0)
+    r = client.completions.create(model="tiny", prompt="m", max_tokens=8, temperature=0)
+    assert r.usage.completion_tokens >= 3
     text = httpx.get(server.url + "/metrics").text
     values = dict(line.split() for line in text.splitlines() if line and not line.startswith("#"))
     assert float(values["bitnet_requests_total"]) >= 1
     assert float(values["bitnet_generated_tokens_total"]) >= 1
     for name in ("bitnet_queue_depth", "bitnet_kv_cache_used_bytes", "bitnet_tokens_per_second"):
         assert name in values
+    for hist in (
+        "bitnet_queue_wait_seconds",
+        "bitnet_time_to_first_token_seconds",
+        "bitnet_inter_token_latency_seconds",
+    ):
+        assert f"# TYPE {hist} histogram" in text
+        buckets = [float(v) for k, v in values.items() if k.startswith(hist + "_bucket")]
+        assert buckets == sorted(buckets) and buckets[-1] == float(values[hist + "_count"])
+        assert float(values[hist + "_sum"]) >= 0
+    assert float(values["bitnet_time_to_first_token_seconds_count"]) >= 1
+    # several tokens: gaps between them (pieces held for UTF-8 are shared among their tokens)
+    assert float(values["bitnet_inter_token_latency_seconds_count"]) >= 1
 
 
 def test_chat_page_served(server):

@@ -29,7 +29,7 @@ from ..errors import BitnetError, ConfigError, ContextLengthError
 from ..model.processors import LogprobRecorder
 from .limits import BodyLimit
 from .logprobs import chat_logprobs, completion_logprobs
-from .metrics import render_metrics
+from .metrics import Latencies, render_metrics
 from .scheduler import DONE, Job, QueueFullError, Scheduler
 from .schemas import ChatRequest, CompletionRequest, _Sampling, error_body
 
@@ -73,6 +73,7 @@ def create_app(
         title="bitnet", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan
     )
     app.state.scheduler = scheduler
+    latencies = Latencies()
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     started = time.time()
     kv = getattr(getattr(model, "backend", None), "kv", None)
@@ -100,6 +101,7 @@ def create_app(
 
     @app.middleware("http")
     async def _auth(request: Request, call_next):
+        request.state.arrived = time.perf_counter()  # time to first token counts from here
         if api_key and request.url.path.startswith("/v1/"):
             given = request.headers.get("authorization", "")
             token = given[7:] if given.lower().startswith("bearer ") else ""
@@ -186,19 +188,38 @@ def create_app(
         except BitnetError as exc:
             raise APIError(400, str(exc), param="prompt") from exc
 
+    def observe(
+        job: Job, arrived: float, last: float | None, before: int, now: float, tokens: int
+    ) -> tuple[float, int]:
+        """Record a piece's latencies (``now``, ``tokens``: when it was made, tokens so far):
+        queue wait and time to first token for the first piece, else the gap since the last
+        piece shared among the tokens it carries."""
+        if last is None:
+            if job.started is not None:
+                latencies.queue_wait.observe(job.started - job.enqueued)
+            latencies.time_to_first_token.observe(now - arrived)
+        elif tokens > before:
+            latencies.inter_token.observe((now - last) / (tokens - before), tokens - before)
+        return now, tokens
+
     async def pieces(job: Job, request: Request) -> AsyncIterator[str]:
         """Text pieces of a job; cancels it when the client disconnects."""
+        arrived = getattr(request.state, "arrived", job.enqueued)
+        last, tokens = None, 0
         try:
             while True:
                 try:
-                    item = await asyncio.wait_for(job.out.get(), timeout=1.0)
+                    item, at, n = await asyncio.wait_for(job.out.get(), timeout=1.0)
                 except asyncio.TimeoutError:
                     if await request.is_disconnected():
                         job.cancel()
                         return
                     continue
                 if item is DONE:
+                    if last is None and job.started is not None:
+                        latencies.queue_wait.observe(job.started - job.enqueued)
                     break
+                last, tokens = observe(job, arrived, last, tokens, at, n)
                 yield item
         finally:
             job.cancel()  # a no-op when already finished; frees the sequence when not
@@ -361,7 +382,8 @@ def create_app(
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(
-            render_metrics(model, scheduler, started), media_type="text/plain; version=0.0.4"
+            render_metrics(model, scheduler, started, latencies),
+            media_type="text/plain; version=0.0.4",
         )
 
     @app.get("/")

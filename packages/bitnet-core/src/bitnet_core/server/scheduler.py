@@ -42,6 +42,7 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
     enqueued: float = field(default_factory=time.perf_counter)
+    started: float | None = None  # when the worker took it up (queue wait = started - enqueued)
     pieces: Iterator[str] | None = None
     #: per-sequence logits processors (structured output, logprobs): model/processors.py
     processors: tuple = ()
@@ -51,7 +52,10 @@ class Job:
         self.cancelled.set()
 
     def _emit(self, item: Any) -> None:
-        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        """Hand ``item`` (a text piece or DONE) to the request, stamped with the time and the
+        tokens generated so far (the server's latency histograms)."""
+        mark = (item, time.perf_counter(), self.stats.generated_tokens)
+        self.loop.call_soon_threadsafe(self.out.put_nowait, mark)
 
 
 @dataclass
@@ -110,6 +114,7 @@ class Scheduler:
 
     # --- the worker thread ----------------------------------------------------------
     def _start(self, job: Job) -> None:
+        job.started = time.perf_counter()
         tokens = generate_tokens(
             self.model.backend,
             job.prompt_ids,
