@@ -270,27 +270,60 @@ def test_chat_prompt_tokens_llama3_template(tmp_path):
         assert r.usage.prompt_tokens == len(m.chat_ids(inject)) > 11
 
 
-def test_disconnect_frees_sequence(server, model):
-    """A client that leaves mid-stream gets its sequence cancelled and its KV blocks freed."""
-    with httpx.stream(
-        "POST",
-        server.url + "/v1/completions",
-        json={
-            "model": "tiny",
-            "prompt": "go",
-            "max_tokens": 100,
-            "stream": True,
-            "temperature": 0.5,
-        },
-        headers={"Authorization": f"Bearer {API_KEY}"},
-    ) as r:
+LONG = dataclasses.replace(CONFIG, context_length=4096)
+
+
+@pytest.fixture(scope="module")
+def long_server(tmp_path_factory):
+    """A model with a 4096-token context whose greedy run from "go" never meets EOS: a
+    4000-token job takes seconds, thousands of times longer than noticing a disconnect."""
+    path = tmp_path_factory.mktemp("long") / "long.gguf"
+    random_model_file(path, LONG, seed=3)
+    m = load(path, device="cpu")
+    app = create_app(m, "long", max_active=2)
+    with LiveServer(app) as live:
+        yield live, app.state.scheduler, m
+
+
+LONG_JOB = {"model": "long", "prompt": "go", "max_tokens": 4000, "temperature": 0}
+
+
+def _cancelled_soon(scheduler, before: int, tokens_before: int, m) -> None:
+    """The job is cancelled (not finished) and its KV sequence freed."""
+    deadline = time.time() + 60
+    while time.time() < deadline and scheduler.stats.requests_cancelled == before:
+        time.sleep(0.01)
+    assert scheduler.stats.requests_cancelled == before + 1, "the disconnect was not noticed"
+    while time.time() < deadline and m.backend.kv.stats()["sequences"]:
+        time.sleep(0.01)
+    assert m.backend.kv.stats()["sequences"] == 0
+    assert scheduler.stats.generated_tokens_total - tokens_before < LONG_JOB["max_tokens"]
+
+
+def test_long_job_runs_to_its_length(long_server):
+    """The premise of the disconnect tests: without a disconnect the job is long."""
+    live, _, _ = long_server
+    r = httpx.post(live.url + "/v1/completions", json={**LONG_JOB, "max_tokens": 2000}, timeout=300)
+    assert r.json()["usage"]["completion_tokens"] == 2000
+    assert r.json()["choices"][0]["finish_reason"] == "length"
+
+
+def test_streaming_disconnect_cancels_the_sequence(long_server):
+    live, scheduler, m = long_server
+    before, tokens = scheduler.stats.requests_cancelled, scheduler.stats.generated_tokens_total
+    with httpx.stream("POST", live.url + "/v1/completions", json={**LONG_JOB, "stream": True}) as r:
         for line in r.iter_lines():
             if line.startswith("data: "):
-                break
-    deadline = time.time() + 20
-    while time.time() < deadline and model.backend.kv.stats()["sequences"]:
-        time.sleep(0.1)
-    assert model.backend.kv.stats()["sequences"] == 0
+                break  # leave after the first piece
+    _cancelled_soon(scheduler, before, tokens, m)
+
+
+def test_non_streaming_disconnect_cancels_the_sequence(long_server):
+    live, scheduler, m = long_server
+    before, tokens = scheduler.stats.requests_cancelled, scheduler.stats.generated_tokens_total
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up while tokens still flow
+        httpx.post(live.url + "/v1/completions", json=LONG_JOB, timeout=0.3)
+    _cancelled_soon(scheduler, before, tokens, m)
 
 
 def test_queue_full_is_429(model):

@@ -202,19 +202,21 @@ def create_app(
             latencies.inter_token.observe((now - last) / (tokens - before), tokens - before)
         return now, tokens
 
+    async def watch_disconnect(job: Job, request: Request) -> None:
+        """Cancel ``job`` as soon as the client goes away (the body is read by now, so the
+        next ASGI message is the disconnect)."""
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        job.cancel()
+
     async def pieces(job: Job, request: Request) -> AsyncIterator[str]:
-        """Text pieces of a job; cancels it when the client disconnects."""
+        """Text pieces of a job; cancels it the moment the client disconnects, streaming or not."""
         arrived = getattr(request.state, "arrived", job.enqueued)
         last, tokens = None, 0
+        watcher = asyncio.create_task(watch_disconnect(job, request))
         try:
             while True:
-                try:
-                    item, at, n = await asyncio.wait_for(job.out.get(), timeout=1.0)
-                except asyncio.TimeoutError:
-                    if await request.is_disconnected():
-                        job.cancel()
-                        return
-                    continue
+                item, at, n = await job.out.get()
                 if item is DONE:
                     if last is None and job.started is not None:
                         latencies.queue_wait.observe(job.started - job.enqueued)
@@ -222,6 +224,7 @@ def create_app(
                 last, tokens = observe(job, arrived, last, tokens, at, n)
                 yield item
         finally:
+            watcher.cancel()
             job.cancel()  # a no-op when already finished; frees the sequence when not
         if job.error is not None:
             status = 400 if isinstance(job.error, (ContextLengthError, ConfigError)) else 500
