@@ -10,15 +10,11 @@ only end-of-generation is allowed and the sequence ends. ``llguidance`` is the
 from __future__ import annotations
 
 import json
-import threading
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
-
-_TOKENIZERS: dict[int, Any] = {}  # id(our tokenizer) -> (tokenizer, LLTokenizer)
-_LOCK = threading.Lock()
 
 
 def _llguidance() -> Any:
@@ -57,20 +53,16 @@ class _Vocabulary:
 
 
 def guidance_tokenizer(tokenizer: Any, n_vocab: int, eos_ids: list[int]) -> Any:
-    """The ``llguidance.LLTokenizer`` of ``tokenizer`` (built once per tokenizer: ~1 s for 128k tokens)."""
-    llg = _llguidance()
-    with _LOCK:
-        hit = _TOKENIZERS.get(id(tokenizer))
-        if hit is not None and hit[0] is tokenizer:
-            return hit[1]
-        from llguidance._tokenizer import TokenizerWrapper
+    """The ``llguidance.LLTokenizer`` of ``tokenizer`` for logits of width ``n_vocab``.
 
-        vocab = _Vocabulary(tokenizer, n_vocab, eos_ids)
-        lltok = llg.LLTokenizer(
-            TokenizerWrapper(vocab), n_vocab=n_vocab, eos_token=list(eos_ids) or None
-        )
-        _TOKENIZERS[id(tokenizer)] = (tokenizer, lltok)
-        return lltok
+    Building it reads every token (about a second for 128k tokens): build it
+    once per model and share it between requests.
+    """
+    llg = _llguidance()
+    vocab = _Vocabulary(tokenizer, n_vocab, eos_ids)
+    return llg.LLTokenizer(
+        llg.TokenizerWrapper(vocab), n_vocab=n_vocab, eos_token=list(eos_ids) or None
+    )
 
 
 #: JSON on one line with the usual separators: free whitespace would let a model

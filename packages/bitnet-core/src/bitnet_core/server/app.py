@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -129,14 +130,20 @@ def create_app(
                 400, f"{missing} is not supported by this server", param=missing.split()[0]
             )
 
+    guidance: list = []  # the model's llguidance tokenizer, built on first use
+    guidance_lock = threading.Lock()
+
     def make_constraint(schema: dict | None) -> Any:
         from ..model.structured import JsonConstraint, guidance_tokenizer, json_grammar
 
         if model.tokenizer is None:
             raise ConfigError("this model file has no tokenizer: no structured output")
         grammar = json_grammar(schema)
-        lltok = guidance_tokenizer(model.tokenizer, model.config.vocab_size, model.eos_ids)
-        return JsonConstraint(lltok, grammar)
+        with guidance_lock:
+            if not guidance:
+                vocab = model.config.vocab_size
+                guidance.append(guidance_tokenizer(model.tokenizer, vocab, model.eos_ids))
+        return JsonConstraint(guidance[0], grammar)
 
     async def processors_for(req: _Sampling) -> tuple[tuple, LogprobRecorder | None]:
         """The job's per-sequence processors: the JSON constraint, the logprob recorder."""
