@@ -17,7 +17,18 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def test_chat_page_streams_a_reply(tmp_path):
+def _wait_status(driver, By, WebDriverWait) -> str:
+    WebDriverWait(driver, 60).until(
+        lambda d: (
+            d.find_element(By.ID, "status").text == "done"
+            or d.find_element(By.ID, "status").text.startswith("error")
+        )
+    )
+    return driver.find_element(By.ID, "status").text
+
+
+@pytest.mark.parametrize("api_key", [None, "sk-page-key"])
+def test_chat_page_streams_a_reply(tmp_path, api_key):
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
@@ -41,7 +52,7 @@ def test_chat_page_streams_a_reply(tmp_path):
     )
     random_model_file(path, config, seed=5)
     model = load(path, device="cpu")
-    app = create_app(model, "page-model", default_max_tokens=16)
+    app = create_app(model, "page-model", api_key=api_key, default_max_tokens=16)
     opts = Options()
     opts.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"):
@@ -51,15 +62,14 @@ def test_chat_page_streams_a_reply(tmp_path):
         try:
             driver.get(live.url + "/")
             assert driver.find_element(By.ID, "model").text == "page-model"
+            if api_key:  # without the key the page says why; with it, the reply streams
+                driver.find_element(By.ID, "prompt").send_keys("Hello there")
+                driver.find_element(By.ID, "send").click()
+                assert "API key" in _wait_status(driver, By, WebDriverWait)
+                driver.find_element(By.ID, "api-key").send_keys(api_key)
             driver.find_element(By.ID, "prompt").send_keys("Hello there")
             driver.find_element(By.ID, "send").click()
-            WebDriverWait(driver, 60).until(
-                lambda d: (
-                    d.find_element(By.ID, "status").text in ("done",)
-                    or d.find_element(By.ID, "status").text.startswith("error")
-                )
-            )
-            status = driver.find_element(By.ID, "status").text
+            status = _wait_status(driver, By, WebDriverWait)
             reply = driver.find_elements(By.CSS_SELECTOR, "#log .assistant")[-1].text
             driver.save_screenshot(str(tmp_path / "chat.png"))
         finally:

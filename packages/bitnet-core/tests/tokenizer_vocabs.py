@@ -180,3 +180,59 @@ def spm_metadata(*, random_scores: bool = False, seed: int = 0) -> dict:
         "tokenizer.ggml.eos_token_id": 2,
         "tokenizer.ggml.unknown_token_id": 0,
     }
+
+
+#: The Llama-3 chat template (the tokenizer of BitNet b1.58 2B-4T): "Hello" is 11 tokens.
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}"
+    "{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'"
+    "+ message['content'] | trim + '<|eot_id|>' %}"
+    "{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+    "{% endif %}"
+)
+LLAMA3_SPECIALS = (
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+)
+
+
+@cache
+def _trained_llama3() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    chat_words = ["system\n\nuser\n\nassistant\n\nHello\n\n"] * 50
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=800,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=list(LLAMA3_SPECIALS),
+        show_progress=False,
+    )
+    tok.train_from_iterator(CORPUS + chat_words, trainer)
+    model = json.loads(tok.to_str())["model"]
+    vocab = sorted(model["vocab"].items(), key=lambda kv: kv[1])
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
+    return tuple(t for t, _ in vocab), tuple(merges)
+
+
+def llama3_metadata() -> dict:
+    """A Llama-3-like vocabulary (``llama-bpe``, header/eot control tokens, its chat template)."""
+    tokens, merges = _trained_llama3()
+    types = [1] * len(tokens)
+    for i in range(len(LLAMA3_SPECIALS)):
+        types[i] = 3  # control
+    return {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.pre": "llama-bpe",
+        "tokenizer.ggml.tokens": list(tokens),
+        "tokenizer.ggml.token_type": types,
+        "tokenizer.ggml.merges": list(merges),
+        "tokenizer.ggml.bos_token_id": 0,
+        "tokenizer.ggml.eos_token_id": 4,
+        "tokenizer.ggml.add_bos_token": True,
+        "tokenizer.chat_template": LLAMA3_TEMPLATE,
+    }

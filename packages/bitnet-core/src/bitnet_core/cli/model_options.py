@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -29,6 +30,13 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         choices=["f16", "f32"],
         default=None,
         help="KV cache element type (default: the device's choice; f16 on the native CPU providers)",
+    )
+    p.add_argument(
+        "--kv-budget",
+        type=int,
+        default=None,
+        metavar="MIB",
+        help="KV cache memory for all sequences together, MiB (default 1024)",
     )
     p.add_argument(
         "--no-progress", action="store_true", help="no progress bar while the model loads"
@@ -85,8 +93,13 @@ def load_model(args: argparse.Namespace):
     if args.ctx_size is not None and args.ctx_size <= 0:
         raise ConfigError(f"--ctx-size must be a positive integer, got {args.ctx_size}")
     kv_type = getattr(args, "kv_type", None)
-    if args.ctx_size is not None or kv_type is not None:
+    budget = getattr(args, "kv_budget", None)
+    if budget is not None and budget <= 0:
+        raise ConfigError(f"--kv-budget must be a positive number of MiB, got {budget}")
+    if args.ctx_size is not None or kv_type is not None or budget is not None:
         kv = KVCacheConfig(max_seq_len=args.ctx_size, dtype=kv_type)
+        if budget is not None:
+            kv = dataclasses.replace(kv, max_bytes=budget << 20)
     model = load(
         args.model,
         args.device,

@@ -246,9 +246,12 @@ class Model:
             messages, add_generation_prompt=add_generation_prompt
         )
 
-    def chat_ids(self, messages: Sequence[dict]) -> list[int]:
-        """Token ids of the chat prompt (the template's special-token texts become their ids)."""
-        return self.encode(self.chat_prompt(messages), special=True)
+    def chat_ids(self, messages: Sequence[dict], add_generation_prompt: bool = True) -> list[int]:
+        """Token ids of the chat prompt (``Tokenizer.chat_ids``): the template's special
+        tokens become their ids, the messages' text stays plain text, BOS once."""
+        return list(
+            self._need_tokenizer().chat_ids(messages, add_generation_prompt=add_generation_prompt)
+        )
 
     # --- receipts ---------------------------------------------------------------------
     def receipt(self, stats: GenerationStats | None = None, **extra: Any) -> dict:

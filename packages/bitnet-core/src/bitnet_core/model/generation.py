@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..errors import ContextLengthError
+from .processors import TokenProcessor, accept_token, apply_processors
 from .sampling import Sampler, SamplingParams, StopMatcher
 
 
@@ -101,8 +102,13 @@ def generate_tokens(
     eos_ids: Sequence[int] = (),
     stats: GenerationStats | None = None,
     session: Session | None = None,
+    processors: Sequence[TokenProcessor] = (),
 ) -> Iterator[int]:
     """Yield up to ``params.max_tokens`` sampled ids (eos excluded); fills ``stats`` as it goes.
+
+    ``processors`` (``model/processors.py``) see every step's logits before
+    sampling and the sampled token after; one that is ``done`` ends the
+    sequence with ``finish_reason="stop"``.
 
     A prompt longer than the context raises ``ContextLengthError``; reaching the
     context while generating ends with ``finish_reason="context"``. With a
@@ -127,13 +133,19 @@ def generate_tokens(
         stats.prompt_s = time.perf_counter() - t0
         history = list(ids)
         for n in range(params.max_tokens):
+            if processors:
+                raw, logits = logits, apply_processors(processors, logits)
             tok = sampler.sample(logits, history)
+            finished = processors and accept_token(processors, tok, raw)
             if tok in eos:
                 stats.finish_reason = "stop"
                 return
             history.append(tok)
             stats.generated_tokens += 1
             yield tok
+            if finished:
+                stats.finish_reason = "stop"
+                return
             if n + 1 == params.max_tokens:
                 break
             if sess.length + 1 > sess.max_len:

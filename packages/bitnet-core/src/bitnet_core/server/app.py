@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -26,7 +27,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._version import __version__
 from ..errors import BitnetError, ConfigError, ContextLengthError
-from .metrics import render_metrics
+from ..model.processors import LogprobRecorder
+from .limits import BodyLimit
+from .logprobs import chat_logprobs, completion_logprobs
+from .metrics import Latencies, render_metrics
 from .scheduler import DONE, Job, QueueFullError, Scheduler
 from .schemas import ChatRequest, CompletionRequest, _Sampling, error_body
 
@@ -52,8 +56,13 @@ def create_app(
     max_active: int = 8,
     max_queue: int = 256,
     default_max_tokens: int = 256,
+    max_body_bytes: int = 8 << 20,
 ) -> FastAPI:
-    """An app serving ``model`` under the name ``model_name``."""
+    """An app serving ``model`` under the name ``model_name``.
+
+    ``max_body_bytes`` caps a request body (413 beyond it); a request's
+    ``max_tokens`` is bounded by what the context leaves after its prompt.
+    """
     scheduler = Scheduler(model, max_active=max_active, max_queue=max_queue)
 
     @contextlib.asynccontextmanager
@@ -65,8 +74,11 @@ def create_app(
         title="bitnet", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan
     )
     app.state.scheduler = scheduler
+    latencies = Latencies()
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     started = time.time()
-    context = model.config.context_length
+    kv = getattr(getattr(model, "backend", None), "kv", None)
+    context = int(getattr(kv, "max_seq_len", 0) or model.config.context_length)
 
     # --- errors: always the OpenAI body, never a 500 for bad input -------------------
     @app.exception_handler(APIError)
@@ -90,6 +102,7 @@ def create_app(
 
     @app.middleware("http")
     async def _auth(request: Request, call_next):
+        request.state.arrived = time.perf_counter()  # time to first token counts from here
         if api_key and request.url.path.startswith("/v1/"):
             given = request.headers.get("authorization", "")
             token = given[7:] if given.lower().startswith("bearer ") else ""
@@ -117,7 +130,37 @@ def create_app(
                 400, f"{missing} is not supported by this server", param=missing.split()[0]
             )
 
-    def submit(prompt_ids: list[int], req: _Sampling) -> Job:
+    guidance: list = []  # the model's llguidance tokenizer, built on first use
+    guidance_lock = threading.Lock()
+
+    def make_constraint(schema: dict | None) -> Any:
+        from ..model.structured import JsonConstraint, guidance_tokenizer, json_grammar
+
+        if model.tokenizer is None:
+            raise ConfigError("this model file has no tokenizer: no structured output")
+        grammar = json_grammar(schema)
+        with guidance_lock:
+            if not guidance:
+                vocab = model.config.vocab_size
+                guidance.append(guidance_tokenizer(model.tokenizer, vocab, model.eos_ids))
+        return JsonConstraint(guidance[0], grammar)
+
+    async def processors_for(req: _Sampling) -> tuple[tuple, LogprobRecorder | None]:
+        """The job's per-sequence processors: the JSON constraint, the logprob recorder."""
+        procs: list = []
+        constrained, schema = req.json_schema()
+        if constrained:
+            try:
+                procs.append(await asyncio.to_thread(make_constraint, schema))
+            except ConfigError as exc:
+                raise APIError(400, str(exc), param="response_format") from exc
+        top = req.logprob_count()
+        recorder = LogprobRecorder(top) if top is not None else None
+        if recorder is not None:
+            procs.append(recorder)
+        return tuple(procs), recorder
+
+    async def submit(prompt_ids: list[int], req: _Sampling) -> tuple[Job, LogprobRecorder | None]:
         if len(prompt_ids) >= context:
             raise APIError(
                 400,
@@ -125,36 +168,70 @@ def create_app(
                 param="prompt",
                 code="context_length_exceeded",
             )
+        room = context - len(prompt_ids)
+        asked = req.max_completion_tokens or req.max_tokens
+        if asked is not None and asked > room:
+            raise APIError(
+                400,
+                f"max_tokens is {asked} but the context ({context} tokens) leaves {room} "
+                f"after the prompt's {len(prompt_ids)}",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
         try:
-            params = req.sampling(default_max_tokens)
+            params = req.sampling(min(default_max_tokens, room))
         except ConfigError as exc:
             raise APIError(400, str(exc)) from exc
+        processors, recorder = await processors_for(req)
         try:
-            return scheduler.submit(prompt_ids, params)
+            return scheduler.submit(prompt_ids, params, processors), recorder
         except QueueFullError as exc:
             raise APIError(429, str(exc), "rate_limit_error", code="queue_full") from exc
 
-    def encode(text: str) -> list[int]:
+    async def encode(text: str) -> list[int]:
+        """The prompt's ids, as the file asks for BOS; tokenized off the event loop."""
         try:
-            return model.encode(text, add_bos=True)
+            return await asyncio.to_thread(model.encode, text)
         except BitnetError as exc:
             raise APIError(400, str(exc), param="prompt") from exc
 
+    def observe(
+        job: Job, arrived: float, last: float | None, before: int, now: float, tokens: int
+    ) -> tuple[float, int]:
+        """Record a piece's latencies (``now``, ``tokens``: when it was made, tokens so far):
+        queue wait and time to first token for the first piece, else the gap since the last
+        piece shared among the tokens it carries."""
+        if last is None:
+            if job.started is not None:
+                latencies.queue_wait.observe(job.started - job.enqueued)
+            latencies.time_to_first_token.observe(now - arrived)
+        elif tokens > before:
+            latencies.inter_token.observe((now - last) / (tokens - before), tokens - before)
+        return now, tokens
+
+    async def watch_disconnect(job: Job, request: Request) -> None:
+        """Cancel ``job`` as soon as the client goes away (the body is read by now, so the
+        next ASGI message is the disconnect)."""
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        job.cancel()
+
     async def pieces(job: Job, request: Request) -> AsyncIterator[str]:
-        """Text pieces of a job; cancels it when the client disconnects."""
+        """Text pieces of a job; cancels it the moment the client disconnects, streaming or not."""
+        arrived = getattr(request.state, "arrived", job.enqueued)
+        last, tokens = None, 0
+        watcher = asyncio.create_task(watch_disconnect(job, request))
         try:
             while True:
-                try:
-                    item = await asyncio.wait_for(job.out.get(), timeout=1.0)
-                except asyncio.TimeoutError:
-                    if await request.is_disconnected():
-                        job.cancel()
-                        return
-                    continue
+                item, at, n = await job.out.get()
                 if item is DONE:
+                    if last is None and job.started is not None:
+                        latencies.queue_wait.observe(job.started - job.enqueued)
                     break
+                last, tokens = observe(job, arrived, last, tokens, at, n)
                 yield item
         finally:
+            watcher.cancel()
             job.cancel()  # a no-op when already finished; frees the sequence when not
         if job.error is not None:
             status = 400 if isinstance(job.error, (ContextLengthError, ConfigError)) else 500
@@ -178,19 +255,31 @@ def create_app(
     @app.post("/v1/completions")
     async def completions(req: CompletionRequest, request: Request) -> Any:
         check_model(req)
-        ids = encode(req.prompt) if isinstance(req.prompt, str) else [int(t) for t in req.prompt]
+        if isinstance(req.prompt, str):
+            ids = await encode(req.prompt)
+        else:
+            ids = [int(t) for t in req.prompt]
         if any(t < 0 or t >= model.config.vocab_size for t in ids):
             raise APIError(400, "token id out of the vocabulary", param="prompt")
-        job = submit(ids, req)
+        job, recorder = await submit(ids, req)
         cid, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+        sent = [0, 0]  # logprob entries and characters already sent
 
         def chunk(text: str, finish: str | None) -> dict:
+            logprobs = None
+            if recorder is not None:
+                entries = recorder.entries[sent[0] :]
+                logprobs = completion_logprobs(model.tokenizer, entries, sent[1])
+                sent[0] += len(entries)
+                sent[1] += sum(len(t) for t in logprobs["tokens"])
             return {
                 "id": cid,
                 "object": "text_completion",
                 "created": created,
                 "model": model_name,
-                "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": finish}],
+                "choices": [
+                    {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
+                ],
             }
 
         if req.stream:
@@ -218,19 +307,30 @@ def create_app(
         check_model(req)
         try:
             messages = [{"role": m.role, "content": m.text()} for m in req.messages]
-            prompt = model.chat_prompt(messages, add_generation_prompt=True)
+            prompt_ids = await asyncio.to_thread(model.chat_ids, messages)
         except (ValueError, BitnetError) as exc:
             raise APIError(400, str(exc), param="messages") from exc
-        job = submit(encode(prompt), req)
+        job, recorder = await submit(prompt_ids, req)
         cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        sent = [0]  # logprob entries already sent
+
+        def logprobs() -> dict | None:
+            if recorder is None:
+                return None
+            entries = recorder.entries[sent[0] :]
+            sent[0] += len(entries)
+            return chat_logprobs(model.tokenizer, entries)
 
         def chunk(delta: dict, finish: str | None) -> dict:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            if recorder is not None:
+                choice["logprobs"] = logprobs()
             return {
                 "id": cid,
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": model_name,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                "choices": [choice],
             }
 
         if req.stream:
@@ -259,6 +359,7 @@ def create_app(
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": text},
+                    "logprobs": logprobs(),
                     "finish_reason": finish_reason(job),
                 }
             ],
@@ -291,7 +392,8 @@ def create_app(
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(
-            render_metrics(model, scheduler, started), media_type="text/plain; version=0.0.4"
+            render_metrics(model, scheduler, started, latencies),
+            media_type="text/plain; version=0.0.4",
         )
 
     @app.get("/")

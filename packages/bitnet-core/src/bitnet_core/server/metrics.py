@@ -2,13 +2,71 @@
 
 from __future__ import annotations
 
+import bisect
+import threading
 import time
 from typing import Any
 
 from .scheduler import Scheduler
 
+#: Bucket bounds (seconds) of the latency histograms: 1 ms to 2 min.
+LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0
+)  # fmt: skip
 
-def render_metrics(model: Any, scheduler: Scheduler, started: float) -> str:
+
+class Histogram:
+    """A Prometheus histogram: cumulative bucket counts, sum and count."""
+
+    def __init__(self, name: str, help_: str, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        self.name, self.help, self.buckets = name, help_, buckets
+        self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
+        self.sum, self.count = 0.0, 0
+        self._lock = threading.Lock()
+
+    def observe(self, value: float, times: int = 1) -> None:
+        with self._lock:
+            self.counts[bisect.bisect_left(self.buckets, value)] += times
+            self.sum += value * times
+            self.count += times
+
+    def render(self) -> list[str]:
+        out = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
+        with self._lock:
+            total = 0
+            for bound, n in zip((*self.buckets, float("inf")), self.counts, strict=True):
+                total += n
+                le = "+Inf" if bound == float("inf") else f"{bound:g}"
+                out.append(f'{self.name}_bucket{{le="{le}"}} {total}')
+            out += [f"{self.name}_sum {self.sum:.6g}", f"{self.name}_count {self.count}"]
+        return out
+
+
+class Latencies:
+    """The server's latency histograms, observed as requests are answered."""
+
+    def __init__(self) -> None:
+        self.queue_wait = Histogram(
+            "bitnet_queue_wait_seconds", "Seconds a request waited for a decode slot"
+        )
+        self.time_to_first_token = Histogram(
+            "bitnet_time_to_first_token_seconds",
+            "Seconds from a request's arrival to its first generated text",
+        )
+        self.inter_token = Histogram(
+            "bitnet_inter_token_latency_seconds",
+            "Seconds between consecutive generated tokens of a request",
+        )
+
+    def render(self) -> list[str]:
+        return (
+            self.queue_wait.render() + self.time_to_first_token.render() + self.inter_token.render()
+        )
+
+
+def render_metrics(
+    model: Any, scheduler: Scheduler, started: float, latencies: Latencies | None = None
+) -> str:
     s = scheduler.stats
     kv = model.backend.kv.stats() if hasattr(getattr(model, "backend", None), "kv") else {}
     tps = s.generated_tokens_total / s.decode_seconds_total if s.decode_seconds_total > 0 else 0.0
@@ -71,4 +129,6 @@ def render_metrics(model: Any, scheduler: Scheduler, started: float) -> str:
     out = []
     for name, kind, help_, value in rows:
         out += [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", f"{name} {float(value):.6g}"]
+    if latencies is not None:
+        out += latencies.render()
     return "\n".join(out) + "\n"

@@ -42,14 +42,20 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
     enqueued: float = field(default_factory=time.perf_counter)
+    started: float | None = None  # when the worker took it up (queue wait = started - enqueued)
     pieces: Iterator[str] | None = None
+    #: per-sequence logits processors (structured output, logprobs): model/processors.py
+    processors: tuple = ()
 
     def cancel(self) -> None:
         """Called when the client goes away: the worker drops the sequence at its next round."""
         self.cancelled.set()
 
     def _emit(self, item: Any) -> None:
-        self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+        """Hand ``item`` (a text piece or DONE) to the request, stamped with the time and the
+        tokens generated so far (the server's latency histograms)."""
+        mark = (item, time.perf_counter(), self.stats.generated_tokens)
+        self.loop.call_soon_threadsafe(self.out.put_nowait, mark)
 
 
 @dataclass
@@ -87,8 +93,8 @@ class Scheduler:
     def active(self) -> int:
         return len(self._active)
 
-    def submit(self, prompt_ids: list[int], params: SamplingParams) -> Job:
-        job = Job(prompt_ids, params, asyncio.get_running_loop())
+    def submit(self, prompt_ids: list[int], params: SamplingParams, processors: tuple = ()) -> Job:
+        job = Job(prompt_ids, params, asyncio.get_running_loop(), processors=processors)
         with self._cv:
             if len(self._pending) + len(self._active) >= self.max_queue:
                 self.stats.requests_rejected += 1
@@ -108,12 +114,14 @@ class Scheduler:
 
     # --- the worker thread ----------------------------------------------------------
     def _start(self, job: Job) -> None:
+        job.started = time.perf_counter()
         tokens = generate_tokens(
             self.model.backend,
             job.prompt_ids,
             job.params,
             eos_ids=self.model.eos_ids,
             stats=job.stats,
+            processors=job.processors,
         )
         job.pieces = stream_text(
             tokens, self.model.decode, job.prompt_ids, job.params.stop, job.stats

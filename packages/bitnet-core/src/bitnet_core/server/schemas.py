@@ -1,8 +1,9 @@
 """Request bodies of the OpenAI-compatible endpoints (pydantic), and the error body.
 
-Fields we do not implement but clients commonly send (``n`` > 1, ``logprobs``,
-``tools``...) are refused with a clear 400 rather than silently ignored;
-harmless ones (``user``, ``presence_penalty`` = 0) are accepted.
+No field is silently ignored: any field we do not implement (``n`` > 1,
+``tools``, ``logit_bias``...) is refused with a clear 400 when it asks for
+something; one that asks for nothing (``tools: []``, ``presence_penalty: 0``,
+``store: false``) is accepted.
 """
 
 from __future__ import annotations
@@ -30,8 +31,44 @@ class _Sampling(BaseModel):
     seed: int | None = Field(default=None, ge=0)
     stop: str | list[str] | None = None
     stream: bool = False
+    stream_options: dict[str, bool] | None = None
     n: int = Field(default=1, ge=1, le=1)
     user: str | None = None
+    response_format: dict[str, Any] | None = None
+
+    @field_validator("stream_options")
+    @classmethod
+    def _stream_options(cls, v: Any) -> Any:
+        if v and set(v) - {"include_usage"}:
+            raise ValueError(
+                "only include_usage is supported (usage always comes in the last chunk)"
+            )
+        return v
+
+    @field_validator("response_format")
+    @classmethod
+    def _response_format(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        kind = v.get("type")
+        if kind not in ("text", "json_object", "json_schema"):
+            raise ValueError("type must be 'text', 'json_object' or 'json_schema'")
+        if kind == "json_schema":
+            spec = v.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+                raise ValueError("json_schema needs a 'schema' object")
+        return v
+
+    def json_schema(self) -> tuple[bool, dict | None]:
+        """(constrained, schema): ``json_object`` is (True, None), ``text``/absent (False, None)."""
+        kind = (self.response_format or {}).get("type", "text")
+        if kind == "json_schema":
+            return True, self.response_format["json_schema"]["schema"]  # type: ignore[index]
+        return kind == "json_object", None
+
+    def logprob_count(self) -> int | None:
+        """How many top alternatives to report per token; None: no logprobs asked for."""
+        return None
 
     @field_validator("stop")
     @classmethod
@@ -55,20 +92,9 @@ class _Sampling(BaseModel):
         )
 
     def unsupported(self) -> str | None:
-        """Name of a requested feature we do not implement, if any."""
-        extra = self.model_extra or {}
-        for key in (
-            "logprobs",
-            "tools",
-            "functions",
-            "tool_choice",
-            "logit_bias",
-            "best_of",
-            "suffix",
-            "echo",
-        ):
-            value = extra.get(key)
-            if value not in (None, False, 0, [], {}):
+        """Name of a field that asks for something we do not implement, if any."""
+        for key, value in (self.model_extra or {}).items():
+            if value not in (None, False, 0, [], {}, ""):
                 return key
         if self.frequency_penalty or self.presence_penalty:
             return "frequency_penalty/presence_penalty (use repeat_penalty)"
@@ -77,6 +103,10 @@ class _Sampling(BaseModel):
 
 class CompletionRequest(_Sampling):
     prompt: str | list[str] | list[int]
+    logprobs: int | None = Field(default=None, ge=0, le=20)
+
+    def logprob_count(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt")
     @classmethod
@@ -105,6 +135,18 @@ class ChatMessage(BaseModel):
 
 class ChatRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top(cls, v: Any, info: Any) -> Any:
+        if v and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs needs logprobs: true")
+        return v
+
+    def logprob_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 def error_body(

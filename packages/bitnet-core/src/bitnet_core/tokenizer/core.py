@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
@@ -10,7 +11,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from ..errors import TokenizerError
 from .build import SPACE, build
-from .chat import render_chat
+from .chat import render_chat, render_chat_parts
 from .metadata import TokenType, VocabSpec
 from .pretokenize import pre_tokenizer_for
 from .stream import StreamDecoder
@@ -197,6 +198,64 @@ class Tokenizer:
         return StreamDecoder(self, skip_special=skip_special, strip_prefix_space=strip_prefix_space)
 
     # --- chat ----------------------------------------------------------------
+
+    @cached_property
+    def _control_text(self) -> re.Pattern | None:
+        """Matches the texts of control tokens, longest first (what ``special=True`` parses)."""
+        texts = {
+            t
+            for t, kind in zip(self.spec.tokens, self.spec.token_types, strict=True)
+            if t and kind in (TokenType.CONTROL, TokenType.UNKNOWN)
+        }
+        if not texts:
+            return None
+        return re.compile("|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True)))
+
+    def chat_ids(
+        self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True
+    ) -> list[int]:
+        """Token ids of the chat prompt for ``messages``: the one way a chat is encoded.
+
+        The template's own special-token texts (``<|eot_id|>``) become their ids;
+        the text of every message stays plain text whatever it contains. The
+        text between special tokens is encoded in one run, template and message
+        text together, so the ids equal ``encode(prompt, special=True)`` whenever
+        no message contains a special token's text. BOS comes once: from the
+        template when it renders ``bos_token``, else added when the file asks
+        for it (``tokenizer.ggml.add_bos_token``); no EOS is added.
+        """
+        bos = self.spec.tokens[self.bos_id] if self.bos_id is not None else ""
+        eos = self.spec.tokens[self.eos_id] if self.eos_id is not None else ""
+        parts = render_chat_parts(
+            self.chat_template,
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token=bos,
+            eos_token=eos,
+        )
+        ids: list[int] = []
+        run: list[str] = []
+
+        def flush() -> None:
+            if run:
+                ids.extend(self.encode("".join(run), add_bos=False))
+                run.clear()
+
+        for text, is_message in parts:
+            if is_message or self._control_text is None:
+                run.append(text)
+                continue
+            pos = 0
+            for hit in self._control_text.finditer(text):
+                run.append(text[pos : hit.start()])
+                flush()
+                ids.append(self._hf.token_to_id(hit[0]))
+                pos = hit.end()
+            run.append(text[pos:])
+        flush()
+        if self.add_bos_default and self.bos_id is not None and ids[:1] != [self.bos_id]:
+            ids.insert(0, self.bos_id)
+        return ids
 
     def apply_chat_template(
         self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True

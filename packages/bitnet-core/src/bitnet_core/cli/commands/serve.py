@@ -8,20 +8,14 @@ import sys
 from pathlib import Path
 
 from ...errors import ConfigError
+from ..model_options import add_model_args, load_model
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve", help="OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)"
     )
-    p.add_argument(
-        "--model", "-m", default=None, help="GGUF model (default: the bundled demo model)"
-    )
-    p.add_argument(
-        "--device",
-        default=None,
-        help="auto, cpu, gpu, cuda, opencl, vulkan, webgpu or a provider name",
-    )
+    add_model_args(p)  # --model --device --threads --ctx-size --kv-type --kv-budget, as bitnet run
     p.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: loopback only)"
     )
@@ -32,11 +26,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="require 'Authorization: Bearer KEY' (default: BITNET_API_KEY)",
     )
     p.add_argument("--model-name", default=None, help="name clients use (default: the file's stem)")
-    p.add_argument("--max-active", type=int, default=8, help="sequences decoding together")
+    p.add_argument(
+        "--parallel",
+        "-np",
+        "--max-active",
+        dest="max_active",
+        type=int,
+        default=8,
+        help="sequences decoding together (llama.cpp's --parallel)",
+    )
     p.add_argument(
         "--max-queue", type=int, default=256, help="queued + running requests before 429"
     )
     p.add_argument("--max-tokens", type=int, default=256, help="default max_tokens of a request")
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=8 << 20,
+        help="largest request body; bigger ones get 413 (default 8 MiB)",
+    )
     p.set_defaults(func=run)
 
 
@@ -49,14 +57,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"bitnet serve needs the server extra: pip install 'bitnet-core[server]' ({exc})"
         ) from exc
-    from ...model.api import load
 
-    for name in ("port", "max_active", "max_queue", "max_tokens"):
+    for name in ("port", "max_active", "max_queue", "max_tokens", "max_body_bytes"):
         if getattr(args, name) <= 0 or (name == "port" and args.port > 65535):
-            raise ConfigError(f"--{name.replace('_', '-')} out of range: {getattr(args, name)}")
-    model = load(args.model, device=args.device)
+            flag = "--parallel" if name == "max_active" else f"--{name.replace('_', '-')}"
+            raise ConfigError(f"{flag} out of range: {getattr(args, name)}")
+    model = load_model(args)
     name = args.model_name or (Path(model.path).stem if model.path else "bitnet")
-    print(str(model.selection), file=sys.stderr)
     app = create_app(
         model,
         name,
@@ -64,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
         max_active=args.max_active,
         max_queue=args.max_queue,
         default_max_tokens=args.max_tokens,
+        max_body_bytes=args.max_body_bytes,
     )
     print(f"serving {name} on http://{args.host}:{args.port}", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
