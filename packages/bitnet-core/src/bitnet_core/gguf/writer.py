@@ -10,13 +10,13 @@ as the uint32 the format stores, and pads every tensor to the alignment.
 QK256 keeps its scales in a companion F32 tensor ``blk.N.<name>.scale``.
 
 The file is written to a temporary file beside ``path`` and renamed into
-place; an existing ``path`` is kept unless ``overwrite=True``.
+place, with the mode an ordinary new file gets under the umask; an existing
+``path`` is kept unless ``overwrite=True``.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
+from ..atomic_file import temp_beside
 from ..config import BitNetConfig
 from ..errors import ModelFileError, QuantizationError
 from ..formats import get_codec, ternarize_rows
@@ -175,9 +176,7 @@ def write_gguf(
             entries.append((name, data, None, arr.shape))
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = temp_beside(path)
     try:
         writer = GGUFWriter(tmp, config.arch)
         for key, value in metadata.items():
