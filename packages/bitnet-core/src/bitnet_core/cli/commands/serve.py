@@ -15,7 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "serve", help="OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions)"
     )
     p.add_argument(
-        "--model", "-m", default=None, help="GGUF model (default: the bundled demo model)"
+        "--model",
+        "-m",
+        default=None,
+        help="GGUF file or hub model ORG/NAME[@REV][:FILE] (default: the bundled demo model)",
     )
     p.add_argument(
         "--device",
