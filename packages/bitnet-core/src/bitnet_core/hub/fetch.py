@@ -206,7 +206,14 @@ def _convert(
     )
     from ..convert import convert_checkpoint
 
-    convert_checkpoint(snapshot, out, ternary_type=ternary_type, overwrite=True, progress=progress)
+    convert_checkpoint(
+        snapshot,
+        out,
+        ternary_type=ternary_type,
+        overwrite=True,
+        progress=progress,
+        report=lambda line: say(f"bitnet: fallback: {line}"),
+    )
     return out
 
 
