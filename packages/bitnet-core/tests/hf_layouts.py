@@ -120,3 +120,103 @@ def bitnet_checkpoint(
     }
     (d / "config.json").write_text(json.dumps(config, indent=2))
     return d
+
+
+#: The published checkpoint layouts ``layout_checkpoint`` writes (docs/CONVERT.md).
+LAYOUTS = (
+    "bitnet-bf16",  # transformers BitNetForCausalLM, bf16 master weights (ternary x scale)
+    "bitlinear-packed",  # microsoft/bitnet-b1.58-2B-4T: uint8 [out/4, in] + weight_scale (divides)
+    "autobitlinear-offline",  # codes as floats + weight_scale (multiplies)
+    "autobitlinear-offline-packed",  # codes packed as transformers packs + weight_scale
+    "autobitlinear-online",  # latent bf16 weights, absmean-quantized at run time
+    "1bitllm",  # 1bitLLM/bitnet_b1_58-*: model_type llama, BitnetForCausalLM, fp16 latent
+)
+_QUANT = {
+    "bitlinear-packed": ("bitlinear", "offline"),
+    "autobitlinear-offline": ("autobitlinear", "offline"),
+    "autobitlinear-offline-packed": ("autobitlinear", "offline"),
+    "autobitlinear-online": ("autobitlinear", "online"),
+}
+
+
+def pack_codes(codes: np.ndarray) -> np.ndarray:
+    """transformers' ``pack_weights``: row ``r`` in packed row ``r mod out/4``, bits ``2k``."""
+    r = codes.shape[0] // 4
+    u = (codes.astype(np.int16) + 1).astype(np.uint8)
+    return u[:r] | (u[r : 2 * r] << 2) | (u[2 * r : 3 * r] << 4) | (u[3 * r :] << 6)
+
+
+def layout_checkpoint(directory: str | Path, layout: str, *, seed: int = 0, **shape: int) -> Path:
+    """A small checkpoint of ``layout`` (:data:`LAYOUTS`) with the published configs' field names."""
+    d = Path(directory)
+    if layout == "bitnet-bf16":
+        return bitnet_checkpoint(d, seed=seed, bf16=True, **shape)
+    is_1bitllm = layout == "1bitllm"
+    bitnet_checkpoint(d, seed=seed, tie=not is_1bitllm, hidden_act="silu", **shape)
+    tensors = bitnet_tensors_from(d)
+    rng = np.random.default_rng(seed + 1)
+    out: dict[str, np.ndarray] = {}
+    bf16: list[str] = []
+    for name, w in tensors.items():
+        is_linear = any(f".{p}.weight" in name for ps in PROJ.values() for p in ps)
+        if not is_linear:
+            out[name] = w
+            bf16.append(name)
+            continue
+        scale = float(np.abs(w).max())
+        codes = np.round(w / scale).astype(np.int8)
+        module = name[: -len(".weight")]
+        if layout == "bitlinear-packed":
+            out[name] = pack_codes(codes)
+            out[module + ".weight_scale"] = np.array([1.0 / scale], np.float32)
+        elif layout == "autobitlinear-offline":
+            out[name] = codes.astype(np.float32)
+            out[module + ".weight_scale"] = np.array([scale], np.float32)
+        elif layout == "autobitlinear-offline-packed":
+            out[name] = pack_codes(codes)
+            out[module + ".weight_scale"] = np.array([scale], np.float32)
+        else:  # latent weights: transformers/llama.cpp absmean-quantize them
+            out[name] = rng.normal(0, 0.02, w.shape).astype(np.float32)
+        if out[name].dtype != np.uint8:
+            bf16.append(name)
+    cfg = json.loads((d / "config.json").read_text())
+    if is_1bitllm:  # fields of 1bitLLM/bitnet_b1_58-large's config.json
+        out = {
+            k.replace("self_attn.attn_sub_norm", "self_attn.inner_attn_ln").replace(
+                "mlp.ffn_sub_norm", "mlp.ffn_layernorm"
+            ): v.astype(np.float16)
+            for k, v in out.items()
+        }
+        bf16 = []
+        cfg.update(
+            architectures=["BitnetForCausalLM"],
+            model_type="llama",
+            input_bits=8,
+            weight_bits=1,
+            pretraining_tp=1,
+            rope_scaling=None,
+            attention_bias=False,
+            torch_dtype="float16",
+        )
+    else:
+        linear_class, mode = _QUANT[layout]
+        cfg["quantization_config"] = {
+            "quant_method": "bitnet",
+            "linear_class": linear_class,
+            "quantization_mode": mode,
+            "use_rms_norm": False,
+            "rms_norm_eps": 1e-6,
+            "modules_to_not_convert": ["lm_head"],
+        }
+        cfg["torch_dtype"] = "bfloat16"
+    (d / "config.json").write_text(json.dumps(cfg, indent=2))
+    write_safetensors(d / "model.safetensors", out, bf16=tuple(bf16))
+    return d
+
+
+def bitnet_tensors_from(d: Path) -> dict[str, np.ndarray]:
+    """The tensors of a checkpoint ``bitnet_checkpoint`` wrote, as float32 arrays."""
+    from bitnet_core.convert.safetensors import Checkpoint
+
+    ck = Checkpoint(d)
+    return {n: np.asarray(ck.get(n), dtype=np.float32).copy() for n in ck}

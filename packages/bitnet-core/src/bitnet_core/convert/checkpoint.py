@@ -39,7 +39,7 @@ def _check_names(ckpt: Checkpoint, info: HFModelInfo, src: Path) -> None:
     for name in ckpt:
         if gguf_name(name) is not None or name.endswith(_IGNORED_SUFFIXES):
             continue
-        if info.packed and name.endswith(".weight_scale"):
+        if info.has_weight_scale and name.endswith(".weight_scale"):
             continue
         unknown.append(name)
     if unknown:
@@ -50,17 +50,30 @@ def _check_names(ckpt: Checkpoint, info: HFModelInfo, src: Path) -> None:
         )
 
 
+def _weight_scale(ckpt: Checkpoint, module: str) -> float:
+    """The one positive ``weight_scale`` of ``module``."""
+    scale_name = module + ".weight_scale"
+    if scale_name not in ckpt:
+        raise UnsupportedModelError(f"{scale_name} is missing from the quantized checkpoint")
+    return 1.0 / bitnet_scale(ckpt.get(scale_name), scale_name)  # checked, as stored
+
+
 def _ternary(ckpt: Checkpoint, info: HFModelInfo, hf: str, rows: int) -> TernaryWeight:
     module = hf[: -len(".weight")]
-    if info.packed and not any(module.endswith(m) for m in info.not_converted):
-        codes = unpack_bitnet_weight(ckpt.get(hf), rows, hf)
-        scale_name = module + ".weight_scale"
-        if scale_name not in ckpt:
-            raise UnsupportedModelError(f"{scale_name} is missing from the packed checkpoint")
-        return TernaryWeight.from_codes(codes, bitnet_scale(ckpt.get(scale_name), scale_name), hf)
-    # Already ternary (one magnitude per row): exact; else absmean over the tensor, as
+    quantized = not any(module.endswith(m) for m in info.not_converted)
+    w = ckpt.get(hf)
+    if quantized and info.linear == "bitlinear":  # packed codes; output / weight_scale
+        codes = unpack_bitnet_weight(w, rows, hf)
+        return TernaryWeight.from_codes(codes, 1.0 / _weight_scale(ckpt, module), hf)
+    if quantized and info.linear == "autobitlinear-offline":  # codes; output * weight_scale
+        ws = _weight_scale(ckpt, module)
+        if w.dtype == np.uint8 and w.shape[0] * 4 == rows:  # packed as transformers packs
+            return TernaryWeight.from_codes(unpack_bitnet_weight(w, rows, hf), ws, hf)
+        w = np.asarray(w, dtype=np.float32) * np.float32(ws)
+    # Floats (autobitlinear online: latent weights). Already ternary (one magnitude):
+    # exact; else absmean over the tensor, the rule of transformers' WeightQuant and
     # llama.cpp's converter (round(W / mean|W|).clamp(-1, 1) * mean|W|).
-    codes, scales = ternarize_rows(np.asarray(ckpt.get(hf), dtype=np.float32), per_row=False)
+    codes, scales = ternarize_rows(np.asarray(w, dtype=np.float32), per_row=False)
     return TernaryWeight.from_codes(codes, scales, hf)
 
 
