@@ -154,7 +154,7 @@ def test_pull_file_revision_url_and_load(hub, env, files, capsys):
     assert "tq2_0" in capsys.readouterr().out.lower()
 
 
-def test_checkpoint_repo_is_converted_once_into_the_cache(hub, env, tmp_path, capsys):
+def test_checkpoint_repo_is_converted_once_into_the_cache(hub, env, tmp_path, capsys, monkeypatch):
     assert main(["pull", "bitnet-test/ckpt", "--no-progress"]) == 0
     captured = capsys.readouterr()
     path = Path(captured.out.strip())
@@ -168,6 +168,11 @@ def test_checkpoint_repo_is_converted_once_into_the_cache(hub, env, tmp_path, ca
     assert path.stat().st_mtime_ns == mtime
     rc = main(["run", "-m", "bitnet-test/ckpt", "-p", "ab", "-n", "3", "--device", "cpu"])
     assert rc == 0
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: the conversion in the cache
+    monkeypatch.setenv("HF_ENDPOINT", _closed_port())
+    capsys.readouterr()
+    assert main(["pull", "bitnet-test/ckpt", "--no-progress"]) == 0
+    assert Path(capsys.readouterr().out.strip()) == path
 
 
 def test_token_is_sent(hub, env, monkeypatch, capsys):

@@ -73,7 +73,8 @@ def _hub_errors(ref: HubRef) -> Iterator[None]:
         ) from exc
     except e.RepositoryNotFoundError as exc:
         raise HubError(
-            f"{ref.repo_id}: no such repository on the hub (or it is private: set HF_TOKEN)"
+            f"{ref.repo_id}: no such repository on the hub (or it is private: set HF_TOKEN), "
+            "and no local file of that name"
         ) from exc
     except e.RevisionNotFoundError as exc:
         raise HubError(f"{ref.repo_id}: no revision {ref.revision!r}") from exc
