@@ -193,9 +193,9 @@ def _convert(
         )
     if snapshot is None:
         snapshot = Path(
-            _hub().snapshot_download(
+            _hub().snapshot_download(  # by the name asked for, so the cache records the ref
                 ref.repo_id,
-                revision=commit,
+                revision=ref.revision,
                 cache_dir=_cache_dir(),
                 endpoint=_endpoint(),
                 allow_patterns=CHECKPOINT_PATTERNS,
