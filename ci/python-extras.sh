@@ -2,7 +2,8 @@
 # Test-only Python packages kept out of uv.lock because they come from
 # somewhere other than PyPI's newest build:
 # - torch 2.13.0 CPU (the machine's local wheel in /opt/wheels; PyPI's default is CUDA, GBs)
-# - transformers (the reference for the model math), safetensors, and
+# - transformers (the reference for the model math; accelerate to load its
+#   quantized BitNet layouts), safetensors, and
 #   sentencepiece + protobuf (tokenizer.model conversion tests)
 # - llama-cpp-python, compiled from source once (~15 min on 2 cores) into a
 #   wheel cache that later runs on the same machine reuse.
@@ -26,5 +27,5 @@ if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
 fi
 echo "python extras: installing torch, transformers, llama-cpp-python"
 "$UV" pip install --python "$PY" -q "${FIND_LINKS[@]}" \
-  "torch==2.13.0" "transformers>=4.57" safetensors sentencepiece protobuf \
+  "torch==2.13.0" "transformers>=4.57" accelerate safetensors sentencepiece protobuf \
   "llama-cpp-python==$LLAMA_VERSION"

@@ -11,7 +11,6 @@ import pytest
 import bitnet_core.gguf
 from bitnet_core.cli.main import main
 from bitnet_core.convert import convert_checkpoint, read_hf_config, unpack_bitnet_weight
-from bitnet_core.errors import UnsupportedModelError
 
 torch = pytest.importorskip("torch", reason="torch is not installed (bash ci/python-extras.sh)")
 pytest.importorskip("transformers", reason="transformers is not installed")
@@ -208,8 +207,15 @@ def test_1bitllm_names(tmp_path, silu_ckpt):
     _check(convert_checkpoint(d, tmp_path / "m.gguf"), model, tied=True)
 
 
-def test_tq_types_need_256_multiples(tmp_path):
-    random_hf_checkpoint(tmp_path / "hf", hidden_size=64, intermediate_size=128, num_heads=4)
-    with pytest.raises(UnsupportedModelError, match="256"):
-        convert_checkpoint(tmp_path / "hf", tmp_path / "m.gguf", ternary_type="tq2_0")
-    assert not (tmp_path / "m.gguf").exists()
+def test_tq_types_fall_back_to_f16_below_256(tmp_path):
+    """64/128-wide rows fit no TQ block: every layer falls back to F16, and the summary says so."""
+    model = random_hf_checkpoint(
+        tmp_path / "hf", hidden_size=64, intermediate_size=128, num_heads=4
+    )
+    lines: list[str] = []
+    out = convert_checkpoint(
+        tmp_path / "hf", tmp_path / "m.gguf", ternary_type="tq2_0", report=lines.append
+    )
+    mf = _check(out, model, tied=True)
+    assert mf.tensor_info("blk.0.attn_q.weight").type_name == "F16"
+    assert len(lines) == 2 and all("in f16 instead of tq2_0" in line for line in lines)

@@ -67,6 +67,10 @@ class ModelFileError(BitnetError):
         super().__init__(f"{self.path}: {message}" if self.path else message)
 
 
+class HubError(ModelFileError):
+    """A model named on the Hugging Face Hub cannot be found, fetched, or read from the cache."""
+
+
 class GGUFFormatError(ModelFileError):
     """The GGUF container itself is malformed (magic, counts, offsets, sizes)."""
 

@@ -13,7 +13,11 @@ from ..errors import ConfigError
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--model", "-m", default=None, help="GGUF model file (default: the bundled demo model)"
+        "--model",
+        "-m",
+        default=None,
+        help="GGUF file, or a hub model ORG/NAME[@REV][:FILE] or hf://ORG/NAME/FILE.gguf "
+        "(default: the bundled demo model)",
     )
     p.add_argument(
         "--device", default=None, help="auto, cpu, gpu, cuda, opencl, vulkan, webgpu or a provider"

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .. import config as c
-from ..errors import BitnetError, ModelFileError, UnsupportedModelError
+from ..errors import ModelFileError, UnsupportedModelError
 from ..formats import ternarize_rows
 from ..hal.weights import TernaryWeight
 from ..tokenizer import tokenizer_metadata_from_hf
+from .fallback import plan_fallbacks, summarize
 from .hf_config import HFModelInfo, read_hf_config
 from .names import gguf_name, hf_layer_names
 from .packed import bitnet_scale, unpack_bitnet_weight
@@ -20,6 +23,7 @@ from .safetensors import Checkpoint
 from .types import CONVERT_TYPES
 
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+log = logging.getLogger("bitnet.convert")
 
 
 def _progress(total: int, enabled: bool | None, desc: str) -> Any:
@@ -35,7 +39,7 @@ def _check_names(ckpt: Checkpoint, info: HFModelInfo, src: Path) -> None:
     for name in ckpt:
         if gguf_name(name) is not None or name.endswith(_IGNORED_SUFFIXES):
             continue
-        if info.packed and name.endswith(".weight_scale"):
+        if info.has_weight_scale and name.endswith(".weight_scale"):
             continue
         unknown.append(name)
     if unknown:
@@ -46,17 +50,30 @@ def _check_names(ckpt: Checkpoint, info: HFModelInfo, src: Path) -> None:
         )
 
 
+def _weight_scale(ckpt: Checkpoint, module: str) -> float:
+    """The one positive ``weight_scale`` of ``module``."""
+    scale_name = module + ".weight_scale"
+    if scale_name not in ckpt:
+        raise UnsupportedModelError(f"{scale_name} is missing from the quantized checkpoint")
+    return 1.0 / bitnet_scale(ckpt.get(scale_name), scale_name)  # checked, as stored
+
+
 def _ternary(ckpt: Checkpoint, info: HFModelInfo, hf: str, rows: int) -> TernaryWeight:
     module = hf[: -len(".weight")]
-    if info.packed and not any(module.endswith(m) for m in info.not_converted):
-        codes = unpack_bitnet_weight(ckpt.get(hf), rows, hf)
-        scale_name = module + ".weight_scale"
-        if scale_name not in ckpt:
-            raise UnsupportedModelError(f"{scale_name} is missing from the packed checkpoint")
-        return TernaryWeight.from_codes(codes, bitnet_scale(ckpt.get(scale_name), scale_name), hf)
-    # Already ternary (one magnitude per row): exact; else absmean over the tensor, as
+    quantized = not any(module.endswith(m) for m in info.not_converted)
+    w = ckpt.get(hf)
+    if quantized and info.linear == "bitlinear":  # packed codes; output / weight_scale
+        codes = unpack_bitnet_weight(w, rows, hf)
+        return TernaryWeight.from_codes(codes, 1.0 / _weight_scale(ckpt, module), hf)
+    if quantized and info.linear == "autobitlinear-offline":  # codes; output * weight_scale
+        ws = _weight_scale(ckpt, module)
+        if w.dtype == np.uint8 and w.shape[0] * 4 == rows:  # packed as transformers packs
+            return TernaryWeight.from_codes(unpack_bitnet_weight(w, rows, hf), ws, hf)
+        w = np.asarray(w, dtype=np.float32) * np.float32(ws)
+    # Floats (autobitlinear online: latent weights). Already ternary (one magnitude):
+    # exact; else absmean over the tensor, the rule of transformers' WeightQuant and
     # llama.cpp's converter (round(W / mean|W|).clamp(-1, 1) * mean|W|).
-    codes, scales = ternarize_rows(np.asarray(ckpt.get(hf), dtype=np.float32), per_row=False)
+    codes, scales = ternarize_rows(np.asarray(w, dtype=np.float32), per_row=False)
     return TernaryWeight.from_codes(codes, scales, hf)
 
 
@@ -109,12 +126,15 @@ def convert_checkpoint(
     ternary_type: str = "tq2_0",
     overwrite: bool = False,
     progress: bool | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> Path:
     """Write the GGUF of the Hugging Face BitNet checkpoint in ``src`` to ``out``.
 
-    Ternary layers go in ``ternary_type`` (:data:`CONVERT_TYPES`); embeddings in
-    f16 (f32 for ``f32``), norms in f32. ``out`` is never overwritten unless
-    ``overwrite``.
+    Ternary layers go in ``ternary_type`` (:data:`CONVERT_TYPES`), each one
+    whose rows that type cannot hold in F16 instead (``convert/fallback.py``);
+    embeddings in f16 (f32 for ``f32``), norms in f32. ``report`` gets the
+    summary lines of those fallbacks (default: logged as warnings). ``out`` is
+    never overwritten unless ``overwrite``.
     """
     src, out = Path(src), Path(out)
     ternary_type = ternary_type.lower()
@@ -131,24 +151,20 @@ def convert_checkpoint(
     tensors = load_tensors(src, info, progress=progress)
     from ..gguf import write_gguf
 
+    ternary = {n: v for n, v in tensors.items() if isinstance(v, TernaryWeight)}
+    fallbacks = plan_fallbacks(ternary, ternary_type)
     extra = {"general.name": info.name or src.name}
-    try:
-        return write_gguf(
-            out,
-            info.config,
-            tensors,
-            ternary_type=ternary_type,
-            tokenizer_metadata=tok_meta,
-            extra_metadata=extra,
-            overwrite=overwrite,
-            dense_type="f32" if ternary_type == "f32" else "f16",
-        )
-    except BitnetError as exc:
-        if "256" in str(exc) and ternary_type in ("tq1_0", "tq2_0"):
-            raise UnsupportedModelError(
-                f"--type {ternary_type} needs input sizes that are multiples of 256 "
-                f"(hidden_size {info.config.hidden_size}, intermediate_size "
-                f"{info.config.intermediate_size}): {exc}",
-                src,
-            ) from exc
-        raise
+    path = write_gguf(
+        out,
+        info.config,
+        tensors,
+        ternary_type=ternary_type,
+        tokenizer_metadata=tok_meta,
+        extra_metadata=extra,
+        overwrite=overwrite,
+        dense_type="f32" if ternary_type == "f32" else "f16",
+        tensor_types={f.tensor: f.written for f in fallbacks},
+    )
+    for line in summarize(fallbacks):
+        (report or log.warning)(line)
+    return path

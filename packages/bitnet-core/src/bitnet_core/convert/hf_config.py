@@ -5,7 +5,8 @@ Accepts what transformers' ``BitNetForCausalLM`` saves (``model_type`` ``bitnet`
 naming the field, what the GGUF ``bitnet`` architecture cannot express:
 attention bias, rope scaling, a head size other than hidden/heads, an
 activation other than relu² or SiLU, quantization other than transformers'
-packed ``bitnet`` one.
+``bitnet`` one (``bitlinear``, or ``autobitlinear`` online or offline; not
+``use_rms_norm``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,17 @@ class HFModelInfo:
     packed: bool  # transformers' quant_method "bitnet": uint8-packed weights + weight_scale
     not_converted: tuple[str, ...] = ()  # modules the quantization config leaves in float
     name: str | None = None
+    #: how a BitLinear weight is stored (``quantization_config.linear_class`` and mode):
+    #: ``"float"`` (master or already-ternary floats), ``"bitlinear"`` (packed codes,
+    #: layer output divided by ``weight_scale``), ``"autobitlinear-offline"`` (codes,
+    #: packed or not, output multiplied by ``weight_scale``), ``"autobitlinear-online"``
+    #: (latent floats, absmean-quantized at run time)
+    linear: str = "float"
+
+    @property
+    def has_weight_scale(self) -> bool:
+        """Whether each BitLinear has a ``weight_scale`` tensor."""
+        return self.linear in ("bitlinear", "autobitlinear-offline")
 
 
 def _int(cfg: dict, key: str, path: Path, default: int | None = None) -> int:
@@ -62,6 +74,19 @@ def read_hf_config(directory: Path) -> HFModelInfo:
     if not isinstance(cfg, dict):
         raise UnsupportedModelError("config.json is not a JSON object", path)
     archs = set(cfg.get("architectures") or [])
+    quant = cfg.get("quantization_config")
+    if (
+        not archs & _ARCHITECTURES
+        and isinstance(quant, dict)
+        and quant.get("quant_method") == "bitnet"
+        and cfg.get("model_type") != "bitnet"
+    ):
+        raise UnsupportedModelError(
+            f"model_type {cfg.get('model_type')!r} with BitLinear layers (as HF1BitLLM's and "
+            "Falcon-Edge's llama checkpoints) has no BitNet sub-norms; bitnet runs the GGUF "
+            "'bitnet' graph, which needs attn_sub_norm/ffn_sub_norm",
+            path,
+        )
     if cfg.get("model_type") != "bitnet" and not archs & _ARCHITECTURES:
         raise UnsupportedModelError(
             f"model_type {cfg.get('model_type')!r} / architectures {sorted(archs)} is not a "
@@ -82,21 +107,11 @@ def read_hf_config(directory: Path) -> HFModelInfo:
         raise UnsupportedModelError(
             f"config.json: head_dim {head_dim} x {heads} heads != hidden_size {hidden}", path
         )
-    packed, skip = False, ()
-    quant = cfg.get("quantization_config")
+    packed, skip, linear = False, (), "float"
     if quant:
-        method = quant.get("quant_method")
-        if method != "bitnet":
-            raise UnsupportedModelError(
-                f"config.json: quantization {method!r} is not supported (only 'bitnet')", path
-            )
-        if quant.get("linear_class", "bitlinear") != "bitlinear" or quant.get("use_rms_norm"):
-            raise UnsupportedModelError(
-                "config.json: only transformers' packed 'bitlinear' checkpoints are supported "
-                f"(linear_class={quant.get('linear_class')!r}, use_rms_norm={quant.get('use_rms_norm')!r})",
-                path,
-            )
-        packed, skip = True, tuple(quant.get("modules_to_not_convert") or ())
+        linear = _linear_kind(quant, path)
+        packed = linear == "bitlinear"
+        skip = tuple(quant.get("modules_to_not_convert") or ())
     try:
         config = BitNetConfig(
             vocab_size=_int(cfg, "vocab_size", path),
@@ -114,5 +129,36 @@ def read_hf_config(directory: Path) -> HFModelInfo:
     except ConfigError as exc:
         raise UnsupportedModelError(f"config.json: {exc}", path) from exc
     return HFModelInfo(
-        config=config, packed=packed, not_converted=skip, name=cfg.get("_name_or_path")
+        config=config,
+        packed=packed,
+        not_converted=skip,
+        name=cfg.get("_name_or_path"),
+        linear=linear,
     )
+
+
+def _linear_kind(quant: dict, path: Path) -> str:
+    """``HFModelInfo.linear`` of a ``quantization_config`` (transformers' ``BitNetQuantConfig``)."""
+    method = quant.get("quant_method")
+    if method != "bitnet":
+        raise UnsupportedModelError(
+            f"config.json: quantization {method!r} is not supported (only 'bitnet')", path
+        )
+    if quant.get("use_rms_norm"):
+        raise UnsupportedModelError(
+            "config.json: quantization_config.use_rms_norm adds an RMSNorm with its own weights "
+            "before every BitLinear; the GGUF 'bitnet' graph has no such norms, and they cannot "
+            "be folded into ternary weights",
+            path,
+        )
+    linear_class = quant.get("linear_class", "bitlinear")
+    mode = quant.get("quantization_mode", "offline")
+    if linear_class not in ("bitlinear", "autobitlinear") or mode not in ("offline", "online"):
+        raise UnsupportedModelError(
+            f"config.json: quantization_config linear_class {linear_class!r} / quantization_mode "
+            f"{mode!r} is not one of transformers' (bitlinear | autobitlinear, offline | online)",
+            path,
+        )
+    if linear_class == "bitlinear":
+        return "bitlinear"  # transformers' BitLinear is always offline (packed)
+    return f"autobitlinear-{mode}"

@@ -148,3 +148,40 @@ class Checkpoint:
         if name not in self._where:
             raise ModelFileError(f"tensor {name!r} is missing from the checkpoint")
         return self._where[name].get(name)
+
+
+def write_safetensors(
+    path: str | Path, tensors: dict[str, np.ndarray], *, bf16: tuple[str, ...] = ()
+) -> Path:
+    """Write ``tensors`` as one ``.safetensors`` file; the names in ``bf16`` as bfloat16.
+
+    For fixtures and small checkpoints: the whole file is built in memory.
+    """
+    names = {v: k for k, v in _DTYPES.items() if k != "BF16"}
+    header: dict[str, dict] = {}
+    blobs: list[bytes] = []
+    offset = 0
+    for name, value in tensors.items():
+        arr = np.ascontiguousarray(value)
+        if name in bf16:
+            from ..formats.dense import f32_to_bf16
+
+            data, dtype = f32_to_bf16(arr.astype(np.float32)).astype("<u2").tobytes(), "BF16"
+        else:
+            arr = arr.astype(arr.dtype.newbyteorder("<"))
+            if arr.dtype not in names:
+                raise ModelFileError(f"tensor {name!r}: cannot store dtype {arr.dtype}", path)
+            data, dtype = arr.tobytes(), names[arr.dtype]
+        header[name] = {
+            "dtype": dtype,
+            "shape": list(arr.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
+        blobs.append(data)
+        offset += len(data)
+    header["__metadata__"] = {"format": "pt"}  # type: ignore[assignment]
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path = Path(path)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"".join(blobs))
+    return path

@@ -10,13 +10,13 @@ as the uint32 the format stores, and pads every tensor to the alignment.
 QK256 keeps its scales in a companion F32 tensor ``blk.N.<name>.scale``.
 
 The file is written to a temporary file beside ``path`` and renamed into
-place; an existing ``path`` is kept unless ``overwrite=True``.
+place, with the mode an ordinary new file gets under the umask; an existing
+``path`` is kept unless ``overwrite=True``.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
 
+from ..atomic_file import temp_beside
 from ..config import BitNetConfig
 from ..errors import ModelFileError, QuantizationError
 from ..formats import get_codec, ternarize_rows
@@ -127,16 +128,23 @@ def write_gguf(
     extra_metadata: Mapping[str, Any] | None = None,
     overwrite: bool = False,
     dense_type: str = "f16",
+    tensor_types: Mapping[str, str] | None = None,
 ) -> Path:
-    """Write ``config`` and ``tensors`` (GGUF name -> float array or ``TernaryWeight``) to ``path``."""
+    """Write ``config`` and ``tensors`` (GGUF name -> float array or ``TernaryWeight``) to ``path``.
+
+    ``tensor_types`` overrides ``ternary_type`` for the ternary layers it names
+    (a converter's per-tensor fallback for rows a type cannot hold).
+    """
     path = Path(path)
     ternary_type = str(ternary_type).lower()
-    if ternary_type not in WRITABLE_TERNARY_TYPES:
-        raise ModelFileError(
-            f"cannot write ternary type {ternary_type!r} (choose from "
-            f"{', '.join(WRITABLE_TERNARY_TYPES)})",
-            path,
-        )
+    overrides = {k: str(v).lower() for k, v in (tensor_types or {}).items()}
+    for t in {ternary_type, *overrides.values()}:
+        if t not in WRITABLE_TERNARY_TYPES:
+            raise ModelFileError(
+                f"cannot write ternary type {t!r} (choose from "
+                f"{', '.join(WRITABLE_TERNARY_TYPES)})",
+                path,
+            )
     if dense_type not in _DENSE:
         raise ModelFileError(f"dense_type must be 'f16', 'bf16' or 'f32', got {dense_type!r}", path)
     if path.exists() and not overwrite:
@@ -155,9 +163,10 @@ def write_gguf(
     entries: list[tuple[str, np.ndarray, int | None, tuple[int, ...]]] = []
     for name, value in tensors.items():
         if name in ternary_names:
-            raw, type_id, shape, scales = _ternary_bytes(name, value, ternary_type)
+            ttype = overrides.get(name, ternary_type)
+            raw, type_id, shape, scales = _ternary_bytes(name, value, ttype)
             entries.append((name, raw, type_id, shape))
-            if ternary_type == "qk256":
+            if ttype == "qk256":
                 sname = scale_tensor_name(name)
                 if sname in tensors:
                     raise ModelFileError(f"{sname!r} is written by the QK256 codec itself", path)
@@ -175,9 +184,7 @@ def write_gguf(
             entries.append((name, data, None, arr.shape))
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = temp_beside(path)
     try:
         writer = GGUFWriter(tmp, config.arch)
         for key, value in metadata.items():

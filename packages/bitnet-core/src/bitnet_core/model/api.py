@@ -44,8 +44,13 @@ def demo_model_path() -> Path | None:
     return Path(str(found[0])) if found else None
 
 
-def resolve_model_path(path: str | os.PathLike | None) -> Path:
-    """``path`` checked to exist, or the demo model when ``path`` is None."""
+def resolve_model_path(path: str | os.PathLike | None, *, progress: bool | None = None) -> Path:
+    """``path`` checked to exist, a hub model's cached file, or the demo model when None.
+
+    A local path that exists always wins; ``ORG/NAME[@REV][:FILE]`` and
+    ``hf://ORG/NAME[@REV]/FILE`` are fetched into huggingface_hub's cache
+    (``bitnet_core.hub``).
+    """
     if path is None:
         demo = demo_model_path()
         if demo is None:
@@ -54,6 +59,13 @@ def resolve_model_path(path: str | os.PathLike | None) -> Path:
                 "(bitnet_core/data/*.gguf); pass --model PATH.gguf"
             )
         return demo
+    from ..hub.names import parse_model_ref
+
+    ref = parse_model_ref(os.fspath(path))
+    if ref is not None:
+        from ..hub.fetch import fetch_model
+
+        return fetch_model(ref, progress=progress)
     p = Path(path)
     if not p.exists():
         raise ModelFileError("no such file", p)
@@ -275,6 +287,10 @@ def load(
 ) -> Model:
     """Load a GGUF model onto the selected device (None: the bundled demo model).
 
+    ``path`` is a GGUF file or a hub model name, ``ORG/NAME[@REV][:FILE]`` or
+    ``hf://ORG/NAME[@REV]/FILE.gguf`` (downloaded once into huggingface_hub's
+    cache; a checkpoint repo is converted there on first use).
+
     The device (``--device``, ``BITNET_DEVICE``, auto) is resolved before any
     weight is read, and an impossible request is the error raised even when
     the file is bad too (the GGUF header and tokenizer are read while auto's
@@ -285,7 +301,7 @@ def load(
     def read() -> tuple[Path, ModelWeights, Any]:
         from ..gguf import open_model_file  # the formats package owns GGUF reading
 
-        model_path = resolve_model_path(path)
+        model_path = resolve_model_path(path, progress=progress)
         weights = ModelWeights.from_model_file(open_model_file(model_path))
         return model_path, weights, _tokenizer_from_metadata(weights.metadata)
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .._version import __version__
+from ..atomic_file import ordinary_mode
 from ..errors import StrictModeError, ValidationError
 from ..hal.provider import KERNEL_INVENTORY
 from ..hal.selection import strict_mode
@@ -159,9 +160,7 @@ def write_receipt(path: str | os.PathLike, receipt: dict) -> Path:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(receipt, f, indent=2, sort_keys=True)
             f.write("\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a receipt is an ordinary file
+        ordinary_mode(tmp)  # mkstemp makes 0600; a receipt is an ordinary file
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

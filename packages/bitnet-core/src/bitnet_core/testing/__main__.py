@@ -13,6 +13,7 @@ import os
 import sys
 import tempfile
 
+from ..atomic_file import ordinary_mode
 from .conformance import run
 
 
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         directory = os.path.dirname(os.path.abspath(args.json))
         with tempfile.NamedTemporaryFile("w", dir=directory, delete=False, suffix=".tmp") as f:
             json.dump(report.as_dict(), f, indent=1)
+        ordinary_mode(f.name)
         os.replace(f.name, args.json)
     if report.failed:
         return 1

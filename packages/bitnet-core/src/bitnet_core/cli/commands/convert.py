@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         ternary_type=args.ternary_type,
         overwrite=args.force,
         progress=False if args.no_progress else None,
+        report=lambda line: print(f"fallback: {line}"),
     )
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB, ternary {args.ternary_type})")
     return 0

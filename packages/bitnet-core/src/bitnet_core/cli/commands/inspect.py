@@ -26,7 +26,7 @@ TERNARY_NAME = re.compile(
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="show what a GGUF model file holds")
-    p.add_argument("file", help="path to a .gguf file")
+    p.add_argument("file", help="a .gguf file, or a hub model ORG/NAME[@REV][:FILE]")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument(
         "--no-stats", action="store_true", help="skip the -1/0/+1 shares (reads every weight)"
@@ -158,7 +158,15 @@ def render(r: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = collect(args.file, stats=not args.no_stats)
+    from ...hub.names import parse_model_ref
+
+    path = args.file
+    ref = parse_model_ref(path)
+    if ref is not None:
+        from ...hub.fetch import fetch_model
+
+        path = str(fetch_model(ref))
+    report = collect(path, stats=not args.no_stats)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     else:
