@@ -178,15 +178,19 @@ void Compute::attention_decode(const AttentionArgs &a) const {
     }
 }
 
-void Compute::gated(bool silu, const float *g, const float *u, float *out, int64_t n) const {
+void Compute::gated(bool silu, const float *g, const float *u, float *out, int64_t rows, int64_t K) const {
+    // one kernel call per row: its vector/scalar split falls at the same place of
+    // a row whatever the batch (the scalar tail rounds exp differently)
     struct Ctx {
         void (*fn)(const float *, const float *, float *, int64_t, int64_t);
         const float *g, *u;
         float *y;
-    } ctx{silu ? k_->silu_mul : k_->relu2_mul, g, u, out};
-    parallel_for(n, 16384, threads_, [](void *c, int64_t i0, int64_t i1) {
+        int64_t K;
+    } ctx{silu ? k_->silu_mul : k_->relu2_mul, g, u, out, K};
+    if (rows < 1 || K < 1) return;
+    parallel_for(rows, std::max<int64_t>(1, 16384 / K), threads_, [](void *c, int64_t r0, int64_t r1) {
         auto *p = static_cast<Ctx *>(c);
-        p->fn(p->g, p->u, p->y, i0, i1);
+        for (int64_t r = r0; r < r1; ++r) p->fn(p->g, p->u, p->y, r * p->K, (r + 1) * p->K);
     }, &ctx);
 }
 

@@ -63,8 +63,9 @@ class Compute {
     // float16 bits of x [n], rounded to nearest even (a float16 KV cache)
     void to_f16(const float *x, uint16_t *out, int64_t n) const { k_->to_f16(x, out, n); }
 
-    // out = silu(g) * u (silu) or relu(g)^2 * u, n elements
-    void gated(bool silu, const float *g, const float *u, float *out, int64_t n) const;
+    // out = silu(g) * u (silu) or relu(g)^2 * u, rows x K elements; row by row, so a
+    // row's values do not depend on how many rows share the call
+    void gated(bool silu, const float *g, const float *u, float *out, int64_t rows, int64_t K) const;
 
     // The ops below are a single pass over a few KB per token, in float64 as
     // the reference: one thread for a few tokens, the pool for more.

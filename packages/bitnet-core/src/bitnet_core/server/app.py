@@ -52,9 +52,13 @@ def create_app(
     max_active: int = 8,
     max_queue: int = 256,
     default_max_tokens: int = 256,
+    step_tokens: int | None = None,
 ) -> FastAPI:
-    """An app serving ``model`` under the name ``model_name``."""
-    scheduler = Scheduler(model, max_active=max_active, max_queue=max_queue)
+    """An app serving ``model`` under the name ``model_name`` (``step_tokens``: the
+    scheduler's token budget per batched step, see ``server/scheduler.py``)."""
+    scheduler = Scheduler(
+        model, max_active=max_active, max_queue=max_queue, step_tokens=step_tokens
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
