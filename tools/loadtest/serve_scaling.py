@@ -14,9 +14,9 @@ machine, alternates for ``--rounds`` rounds:
 - ``--streams`` concurrent streams: aggregate generated tokens / wall;
 
 then, once: a ``--long-prompt``-token prompt and, while it is prefilling, a
-short request: the short one's time to first token against the long one's
-time per prefill chunk (its time to first token / its chunks of
-``step_tokens``). Prints JSON; exits non-zero if a response was lost.
+short request: the short one's time to first token against the time of one
+prefill chunk (the long prompt's time to first token x ``step_tokens`` / its
+tokens). Prints JSON; exits non-zero if a response was lost.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import subprocess
 import sys
 import time
@@ -83,7 +82,7 @@ async def long_prompt_round(c: httpx.AsyncClient, long_tokens: int, step_tokens:
         return {"status": r.status_code, "ttft": time.perf_counter() - t0}
 
     task = asyncio.create_task(long_request())
-    chunks = math.ceil(long_tokens / step_tokens)
+    chunks = long_tokens / step_tokens  # a full chunk's share of the long prompt's prefill
     await asyncio.sleep(0.5)  # the long prompt's prefill is under way
     short = await one(c, "", "short:", 1)
     long = await task
