@@ -336,6 +336,7 @@ class CpuModel {
         for (const Segment &s : segs)
             for (int64_t j = 0; j < s.n; ++j) pos[s.t0 + j] = s.start + j;
         const RopeTable rope(pos.data(), T, theta_, rot_dim_);  // the angles of every layer
+        std::vector<AttentionArgs> decode;  // a layer's one-token attentions
         for (int64_t t = 0; t < T; ++t) embedding_.row(ids[t], x + t * H);
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D_)));
 
@@ -348,6 +349,7 @@ class CpuModel {
             c.ternary(qkv, 3, xq, kpx, xs, sum, T);
             c.rope(q, T, Hq_, D_, rope, neox_);
             c.rope(kb, T, Hkv_, D_, rope, neox_);
+            decode.clear();
             for (const Segment &s : segs) {  // each sequence over its own cache
                 const float *ks = kb + s.t0 * KV, *vs = vb + s.t0 * KV;
                 if (kv_f16) {
@@ -357,9 +359,12 @@ class CpuModel {
                     std::memcpy(static_cast<float *>(s.kc[i]) + s.start * KV, ks, sizeof(float) * s.n * KV);
                     std::memcpy(static_cast<float *>(s.vc[i]) + s.start * KV, vs, sizeof(float) * s.n * KV);
                 }
-                c.attention(AttentionArgs{q + s.t0 * Q, s.kc[i], s.vc[i], a + s.t0 * Q, s.n, Hq_, Hkv_, D_,
-                                          s.start, scale, kv_f16});
+                const AttentionArgs at{q + s.t0 * Q, s.kc[i], s.vc[i], a + s.t0 * Q, s.n, Hq_, Hkv_, D_,
+                                       s.start, scale, kv_f16};
+                if (s.n == 1) decode.push_back(at);  // the decode tokens: one job for all, below
+                else c.attention(at);
             }
+            c.attention_decode_many(decode.data(), static_cast<int64_t>(decode.size()));
             c.rmsnorm(a, l.attn_sub_norm, T, Q, eps_, a);
             c.quantize(a, T, Q, kpx, xq, xs, sum);
             const TernaryOut wo{l.o, o};
