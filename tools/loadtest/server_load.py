@@ -60,6 +60,9 @@ async def one(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: in
     t1 = time.perf_counter()
     ok = done and usage is not None
     return {
+        "start": t0,
+        "first": first or t1,
+        "end": t1,
         "ok": ok,
         "error": None if ok else "stream ended without usage/[DONE]",
         "prompt": prompt,
@@ -109,7 +112,14 @@ async def run_load(url: str, model: str, concurrency: int, max_tokens: int, head
     }
 
 
-def start_local_server(gguf: str | None, max_active: int, max_queue: int):
+def start_local_server(
+    gguf: str | None,
+    max_active: int,
+    max_queue: int,
+    *,
+    threads: int | None = None,
+    step_tokens: int | None = None,
+):
     from bitnet_core.config import BitNetConfig
     from bitnet_core.model.api import load
     from bitnet_core.model.random import random_model_file
@@ -129,7 +139,11 @@ def start_local_server(gguf: str | None, max_active: int, max_queue: int):
         gguf = str(Path(tempfile.mkdtemp()) / "load.gguf")
         random_model_file(gguf, cfg, seed=1)
     model = load(gguf, device="cpu")
-    app = create_app(model, "load", max_active=max_active, max_queue=max_queue)
+    if threads is not None:
+        model.provider.set_threads(threads)
+    app = create_app(
+        model, "load", max_active=max_active, max_queue=max_queue, step_tokens=step_tokens
+    )
     live = LiveServer(app).start()
     return live, live.url, "load"
 

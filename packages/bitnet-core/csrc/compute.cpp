@@ -139,7 +139,7 @@ void Compute::dense_i8(const DenseI8 &d, const float *x, int64_t T, float *y, in
 }
 
 void Compute::attention(const AttentionArgs &a) const {
-    if (a.T == 1) return attention_decode(a);
+    if (a.T == 1) return attention_decode_many(&a, 1);
     // items are (token, head); a chunk holds whole groups of heads that share
     // K/V rows, so a group reads them from memory once
     run_rows<AttentionArgs, &KernelTable::attention>(a, a.T * a.Hq, a.Hq / a.Hkv);
@@ -149,44 +149,71 @@ void Compute::attention(const AttentionArgs &a) const {
 // threads (each chunk read once, front to back), then the chunks' softmax
 // pieces merged per head: out = sum_c e^(m_c - M) o_c / sum_c e^(m_c - M) l_c.
 // The split does not depend on the thread count, so neither does the result.
-void Compute::attention_decode(const AttentionArgs &a) const {
-    const int64_t n = a.start + 1, chunks = (n + kAttnChunk - 1) / kAttnChunk, W = a.D + 2;
-    std::vector<float> part(static_cast<size_t>(chunks * a.Hq * W));
+// Several tokens (a batched step's decode tokens, each over its own cache)
+// share one job: its items are every token's chunks, so the pool is handed
+// work once per layer, not once per sequence; each token's numbers are those
+// it gets alone.
+void Compute::attention_decode_many(const AttentionArgs *a, int64_t n) const {
+    if (n < 1) return;
+    std::vector<int64_t> first(static_cast<size_t>(n + 1), 0), part_at(static_cast<size_t>(n + 1), 0);
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t chunks = (a[i].start + 1 + kAttnChunk - 1) / kAttnChunk;
+        first[i + 1] = first[i] + chunks;
+        part_at[i + 1] = part_at[i] + chunks * a[i].Hq * (a[i].D + 2);
+    }
+    std::vector<float> part(static_cast<size_t>(part_at[n]));
     struct Ctx {
         const KernelTable *k;
         const AttentionArgs *a;
+        const int64_t *first, *part_at;
+        int64_t n;
         float *part;
-    } ctx{k_, &a, part.data()};
-    parallel_for(chunks, 1, threads_, [](void *c, int64_t c0, int64_t c1) {
+    } ctx{k_, a, first.data(), part_at.data(), n, part.data()};
+    parallel_for(first[n], 1, threads_, [](void *c, int64_t c0, int64_t c1) {
         auto *p = static_cast<Ctx *>(c);
-        p->k->attention_chunks(*p->a, p->part, c0, c1);
-    }, &ctx);
-    for (int64_t h = 0; h < a.Hq; ++h) {
-        float M = -INFINITY;
-        for (int64_t c = 0; c < chunks; ++c) M = std::max(M, part[(c * a.Hq + h) * W]);
-        float *out = a.out + h * a.D;
-        std::fill(out, out + a.D, 0.0f);
-        float L = 0.0f;
-        for (int64_t c = 0; c < chunks; ++c) {
-            const float *pc = part.data() + (c * a.Hq + h) * W;
-            const float f = std::exp(pc[0] - M);
-            L += f * pc[1];
-            for (int64_t d = 0; d < a.D; ++d) out[d] += f * pc[2 + d];
+        // the tokens whose chunks fall in [c0, c1)
+        int64_t i = std::upper_bound(p->first, p->first + p->n + 1, c0) - p->first - 1;
+        for (; i < p->n && p->first[i] < c1; ++i) {
+            const int64_t lo = std::max(c0, p->first[i]) - p->first[i];
+            const int64_t hi = std::min(c1, p->first[i + 1]) - p->first[i];
+            p->k->attention_chunks(p->a[i], p->part + p->part_at[i], lo, hi);
         }
-        const float inv = 1.0f / L;
-        for (int64_t d = 0; d < a.D; ++d) out[d] *= inv;
+    }, &ctx);
+    for (int64_t i = 0; i < n; ++i) {
+        const AttentionArgs &t = a[i];
+        const int64_t chunks = first[i + 1] - first[i], W = t.D + 2;
+        const float *pt = part.data() + part_at[i];
+        for (int64_t h = 0; h < t.Hq; ++h) {
+            float M = -INFINITY;
+            for (int64_t c = 0; c < chunks; ++c) M = std::max(M, pt[(c * t.Hq + h) * W]);
+            float *out = t.out + h * t.D;
+            std::fill(out, out + t.D, 0.0f);
+            float L = 0.0f;
+            for (int64_t c = 0; c < chunks; ++c) {
+                const float *pc = pt + (c * t.Hq + h) * W;
+                const float f = std::exp(pc[0] - M);
+                L += f * pc[1];
+                for (int64_t d = 0; d < t.D; ++d) out[d] += f * pc[2 + d];
+            }
+            const float inv = 1.0f / L;
+            for (int64_t d = 0; d < t.D; ++d) out[d] *= inv;
+        }
     }
 }
 
-void Compute::gated(bool silu, const float *g, const float *u, float *out, int64_t n) const {
+void Compute::gated(bool silu, const float *g, const float *u, float *out, int64_t rows, int64_t K) const {
+    // one kernel call per row: its vector/scalar split falls at the same place of
+    // a row whatever the batch (the scalar tail rounds exp differently)
     struct Ctx {
         void (*fn)(const float *, const float *, float *, int64_t, int64_t);
         const float *g, *u;
         float *y;
-    } ctx{silu ? k_->silu_mul : k_->relu2_mul, g, u, out};
-    parallel_for(n, 16384, threads_, [](void *c, int64_t i0, int64_t i1) {
+        int64_t K;
+    } ctx{silu ? k_->silu_mul : k_->relu2_mul, g, u, out, K};
+    if (rows < 1 || K < 1) return;
+    parallel_for(rows, std::max<int64_t>(1, 16384 / K), threads_, [](void *c, int64_t r0, int64_t r1) {
         auto *p = static_cast<Ctx *>(c);
-        p->fn(p->g, p->u, p->y, i0, i1);
+        for (int64_t r = r0; r < r1; ++r) p->fn(p->g, p->u, p->y, r * p->K, (r + 1) * p->K);
     }, &ctx);
 }
 

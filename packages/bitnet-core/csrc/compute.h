@@ -57,14 +57,19 @@ class Compute {
     // causal grouped-query attention of q [T, Hq, D] over k/v [S, Hkv, D] at `start`
     void attention(const AttentionArgs &a) const;
 
+    // n one-token attentions (each its own cache and start: the decode tokens of a
+    // batched step) in one job over the pool; each equals attention(a[i])
+    void attention_decode_many(const AttentionArgs *a, int64_t n) const;
+
     // sum of n bytes read by all threads, in chunks of 1 MB (the bandwidth probe)
     uint64_t sum_bytes(const uint8_t *p, int64_t n) const;
 
     // float16 bits of x [n], rounded to nearest even (a float16 KV cache)
     void to_f16(const float *x, uint16_t *out, int64_t n) const { k_->to_f16(x, out, n); }
 
-    // out = silu(g) * u (silu) or relu(g)^2 * u, n elements
-    void gated(bool silu, const float *g, const float *u, float *out, int64_t n) const;
+    // out = silu(g) * u (silu) or relu(g)^2 * u, rows x K elements; row by row, so a
+    // row's values do not depend on how many rows share the call
+    void gated(bool silu, const float *g, const float *u, float *out, int64_t rows, int64_t K) const;
 
     // The ops below are a single pass over a few KB per token, in float64 as
     // the reference: one thread for a few tokens, the pool for more.
@@ -75,7 +80,6 @@ class Compute {
     void rope(float *x, int64_t T, int64_t H, int64_t D, const RopeTable &table, bool neox) const;
 
   private:
-    void attention_decode(const AttentionArgs &a) const;
 
     template <typename Args, void (*(KernelTable::*Member))(const Args &, int64_t, int64_t)>
     void run_rows(const Args &a, int64_t n, int64_t grain) const;

@@ -169,22 +169,11 @@ class CpuModel {
     // (all_logits) or [1, vocab] of the last token.
     py::array_t<float> forward(CArray<int64_t> ids, py::list k_caches, py::list v_caches, int64_t start,
                                bool all_logits, int threads) {
-        const int64_t T = ids.size(), L = num_layers();
+        const int64_t T = ids.size();
         if (T < 1) throw std::invalid_argument("forward needs at least one token id");
-        if (static_cast<int64_t>(k_caches.size()) != L || static_cast<int64_t>(v_caches.size()) != L)
-            throw std::invalid_argument("forward: need one K and one V cache per layer");
-        const int64_t *idp = ids.data();
-        for (int64_t t = 0; t < T; ++t)
-            if (idp[t] < 0 || idp[t] >= embedding_.rows)
-                throw std::invalid_argument("token id " + std::to_string(idp[t]) + " out of range [0, " +
-                                            std::to_string(embedding_.rows) + ")");
-        std::vector<void *> kc(L), vc(L);
-        int64_t S = -1;
+        check_ids(ids.data(), T);
         int f16 = -1;
-        for (int64_t i = 0; i < L; ++i) {
-            kc[i] = cache_ptr(k_caches[i], start, T, S, f16);
-            vc[i] = cache_ptr(v_caches[i], start, T, S, f16);
-        }
+        Segment whole = segment(k_caches, v_caches, start, T, f16);
         const int64_t rows_out = all_logits ? T : 1;
         py::array_t<float> logits({rows_out, vocab_});
         float *out = logits.mutable_data();
@@ -200,15 +189,91 @@ class CpuModel {
             for (int64_t p = 0, t0 = 0; p < parts; ++p) {
                 const int64_t n = T / parts + (p < T % parts ? 1 : 0);
                 const bool last = t0 + n == T;
-                run(c, idp + t0, n, kc, vc, f16 == 1, start + t0, all_logits || last,
-                    all_logits ? out + t0 * vocab_ : (last ? out : nullptr), all_logits);
+                Segment part = whole;
+                part.t0 = 0;
+                part.n = n;
+                part.start = start + t0;
+                const Head head = all_logits ? Head::kAll : (last ? Head::kLast : Head::kNone);
+                run(c, ids.data() + t0, n, {part}, f16 == 1, head,
+                    all_logits ? out + t0 * vocab_ : (last ? out : nullptr));
                 t0 += n;
             }
         }
         return logits;
     }
 
+    // One step for several sequences: sequence j appends the counts[j] ids that
+    // follow the previous sequences' in `ids` to its caches (k_caches[j][i],
+    // v_caches[j][i] for layer i) at rows starts[j] ..; returns the logits
+    // [len(counts), vocab] of each sequence's last token. Every token goes
+    // through the ternary matmuls (and the head) in one batch, so the weights
+    // are read once per step; attention runs per sequence over its own cache.
+    // Each row equals what forward() gives for the same sequence and ids.
+    py::array_t<float> forward_batch(CArray<int64_t> ids, std::vector<int64_t> counts,
+                                     std::vector<int64_t> starts, py::list k_caches, py::list v_caches,
+                                     int threads) {
+        const int64_t T = ids.size(), n_seq = static_cast<int64_t>(counts.size());
+        if (n_seq < 1) throw std::invalid_argument("forward_batch needs at least one sequence");
+        if (static_cast<int64_t>(starts.size()) != n_seq || static_cast<int64_t>(k_caches.size()) != n_seq ||
+            static_cast<int64_t>(v_caches.size()) != n_seq)
+            throw std::invalid_argument("forward_batch: one count, start, K and V cache list per sequence");
+        check_ids(ids.data(), T);
+        std::vector<Segment> segs;
+        int f16 = -1;
+        int64_t t0 = 0;
+        for (int64_t j = 0; j < n_seq; ++j) {
+            if (counts[j] < 1) throw std::invalid_argument("forward_batch: every sequence needs a token");
+            segs.push_back(segment(k_caches[j], v_caches[j], starts[j], counts[j], f16));
+            segs.back().t0 = t0;
+            t0 += counts[j];
+        }
+        if (t0 != T) throw std::invalid_argument("forward_batch: the counts do not add up to the ids");
+        py::array_t<float> logits({n_seq, vocab_});
+        {
+            py::gil_scoped_release nogil;
+            std::lock_guard<std::mutex> lock(mu_);
+            run(Compute(k_, threads), ids.data(), T, segs, f16 == 1, Head::kLastOfEach, logits.mutable_data());
+        }
+        return logits;
+    }
+
   private:
+    // one sequence's tokens in a forward pass: rows t0 .. t0 + n of the batch, at
+    // positions start .. start + n of its caches (one K and one V per layer)
+    struct Segment {
+        int64_t t0 = 0, n = 0, start = 0;
+        std::vector<void *> kc, vc;
+    };
+
+    // which logits a pass computes: none, the last token's, every token's, or
+    // the last token of each segment
+    enum class Head { kNone, kLast, kAll, kLastOfEach };
+
+    void check_ids(const int64_t *idp, int64_t T) const {
+        for (int64_t t = 0; t < T; ++t)
+            if (idp[t] < 0 || idp[t] >= embedding_.rows)
+                throw std::invalid_argument("token id " + std::to_string(idp[t]) + " out of range [0, " +
+                                            std::to_string(embedding_.rows) + ")");
+    }
+
+    Segment segment(py::handle k_caches, py::handle v_caches, int64_t start, int64_t n, int &f16) {
+        const int64_t L = num_layers();
+        auto ks = py::reinterpret_borrow<py::sequence>(k_caches), vs = py::reinterpret_borrow<py::sequence>(v_caches);
+        if (static_cast<int64_t>(ks.size()) != L || static_cast<int64_t>(vs.size()) != L)
+            throw std::invalid_argument("forward: need one K and one V cache per layer");
+        Segment seg;
+        seg.n = n;
+        seg.start = start;
+        seg.kc.resize(L);
+        seg.vc.resize(L);
+        int64_t S = -1;
+        for (int64_t i = 0; i < L; ++i) {
+            seg.kc[i] = cache_ptr(ks[i], start, n, S, f16);
+            seg.vc[i] = cache_ptr(vs[i], start, n, S, f16);
+        }
+        return seg;
+    }
+
     static const float *vector_of(py::handle h, int64_t n, const char *what) {
         auto a = py::reinterpret_borrow<py::object>(h);
         if (!F32Array::check_(a)) throw std::invalid_argument(std::string(what) + " must be contiguous float32");
@@ -255,10 +320,9 @@ class CpuModel {
         return reinterpret_cast<float *>(scratch_.get());
     }
 
-    // T tokens at `start`; then, if `head`, the logits of every token (all_logits) or of the last
-    void run(const Compute &c, const int64_t *ids, int64_t T, const std::vector<void *> &kc,
-             const std::vector<void *> &vc, bool kv_f16, int64_t start, bool head, float *logits,
-             bool all_logits) {
+    // T tokens of the segments (their rows of ids, in order); then the logits `head` asks for
+    void run(const Compute &c, const int64_t *ids, int64_t T, const std::vector<Segment> &segs, bool kv_f16,
+             Head head, float *logits) {
         const int64_t H = H_, Q = Hq_ * D_, KV = Hkv_ * D_, F = F_;
         const int64_t kpx = std::max({kp_h_, kp_q_, kp_f_, kp_head_});
         // float scratch: x, h, q, k, v, a, o, gate, up; then int8 codes, scales, sums
@@ -269,8 +333,10 @@ class CpuModel {
         int32_t *sum = reinterpret_cast<int32_t *>(xs + T);
         int8_t *xq = reinterpret_cast<int8_t *>((reinterpret_cast<uintptr_t>(sum + T) + 63) & ~uintptr_t{63});
         std::vector<int64_t> pos(T);
-        for (int64_t t = 0; t < T; ++t) pos[t] = start + t;
+        for (const Segment &s : segs)
+            for (int64_t j = 0; j < s.n; ++j) pos[s.t0 + j] = s.start + j;
         const RopeTable rope(pos.data(), T, theta_, rot_dim_);  // the angles of every layer
+        std::vector<AttentionArgs> decode;  // a layer's one-token attentions
         for (int64_t t = 0; t < T; ++t) embedding_.row(ids[t], x + t * H);
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D_)));
 
@@ -283,14 +349,22 @@ class CpuModel {
             c.ternary(qkv, 3, xq, kpx, xs, sum, T);
             c.rope(q, T, Hq_, D_, rope, neox_);
             c.rope(kb, T, Hkv_, D_, rope, neox_);
-            if (kv_f16) {
-                c.to_f16(kb, static_cast<uint16_t *>(kc[i]) + start * KV, T * KV);
-                c.to_f16(vb, static_cast<uint16_t *>(vc[i]) + start * KV, T * KV);
-            } else {
-                std::memcpy(static_cast<float *>(kc[i]) + start * KV, kb, sizeof(float) * T * KV);
-                std::memcpy(static_cast<float *>(vc[i]) + start * KV, vb, sizeof(float) * T * KV);
+            decode.clear();
+            for (const Segment &s : segs) {  // each sequence over its own cache
+                const float *ks = kb + s.t0 * KV, *vs = vb + s.t0 * KV;
+                if (kv_f16) {
+                    c.to_f16(ks, static_cast<uint16_t *>(s.kc[i]) + s.start * KV, s.n * KV);
+                    c.to_f16(vs, static_cast<uint16_t *>(s.vc[i]) + s.start * KV, s.n * KV);
+                } else {
+                    std::memcpy(static_cast<float *>(s.kc[i]) + s.start * KV, ks, sizeof(float) * s.n * KV);
+                    std::memcpy(static_cast<float *>(s.vc[i]) + s.start * KV, vs, sizeof(float) * s.n * KV);
+                }
+                const AttentionArgs at{q + s.t0 * Q, s.kc[i], s.vc[i], a + s.t0 * Q, s.n, Hq_, Hkv_, D_,
+                                       s.start, scale, kv_f16};
+                if (s.n == 1) decode.push_back(at);  // the decode tokens: one job for all, below
+                else c.attention(at);
             }
-            c.attention(AttentionArgs{q, kc[i], vc[i], a, T, Hq_, Hkv_, D_, start, scale, kv_f16});
+            c.attention_decode_many(decode.data(), static_cast<int64_t>(decode.size()));
             c.rmsnorm(a, l.attn_sub_norm, T, Q, eps_, a);
             c.quantize(a, T, Q, kpx, xq, xs, sum);
             const TernaryOut wo{l.o, o};
@@ -301,17 +375,27 @@ class CpuModel {
             c.quantize(h, T, H, kpx, xq, xs, sum);
             const TernaryOut gu[2] = {{l.gate, g}, {l.up, u}};
             c.ternary(gu, 2, xq, kpx, xs, sum, T);
-            c.gated(silu_, g, u, g, T * F);
+            c.gated(silu_, g, u, g, T, F);
             c.rmsnorm(g, l.ffn_sub_norm, T, F, eps_, g);
             c.quantize(g, T, F, kpx, xq, xs, sum);
             const TernaryOut wd{l.down, o};
             c.ternary(&wd, 1, xq, kpx, xs, sum, T);
             for (int64_t j = 0; j < T * H; ++j) x[j] += o[j];
         }
-        if (!head) return;
-        const int64_t n = all_logits ? T : 1;
-        const float *last = x + (T - n) * H;
-        c.rmsnorm(last, output_norm_, n, H, eps_, h);
+        if (head == Head::kNone) return;
+        // the rows that get logits, gathered into o when they are not x's last n
+        int64_t n = 1;
+        const float *rows = x + (T - 1) * H;
+        if (head == Head::kAll) {
+            n = T;
+            rows = x;
+        } else if (head == Head::kLastOfEach) {
+            n = static_cast<int64_t>(segs.size());
+            for (int64_t j = 0; j < n; ++j)
+                std::memcpy(o + j * H, x + (segs[j].t0 + segs[j].n - 1) * H, sizeof(float) * H);
+            rows = o;
+        }
+        c.rmsnorm(rows, output_norm_, n, H, eps_, h);
         if (head_i8_) c.dense_i8(*head_i8_, h, n, logits, xq, xs, sum);
         else c.dense(head_.ptr, head_.f16, head_.rows, H, h, n, logits);
     }
@@ -349,7 +433,10 @@ void register_model(py::module_ &m) {
         .def_property_readonly("vocab", &CpuModel::vocab)
         .def_property_readonly("num_layers", &CpuModel::num_layers)
         .def("forward", &CpuModel::forward, py::arg("ids"), py::arg("k_caches"), py::arg("v_caches"),
-             py::arg("start"), py::arg("all_logits"), py::arg("threads"));
+             py::arg("start"), py::arg("all_logits"), py::arg("threads"))
+        .def("forward_batch", &CpuModel::forward_batch, py::arg("ids"), py::arg("counts"), py::arg("starts"),
+             py::arg("k_caches"), py::arg("v_caches"), py::arg("threads"),
+             "One step of several sequences in one pass; the logits of each one's last token.");
 }
 
 }  // namespace bitnet

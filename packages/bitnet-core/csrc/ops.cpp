@@ -262,8 +262,9 @@ class Kernels {
         py::array_t<float> y(std::vector<py::ssize_t>(g.shape(), g.shape() + g.ndim()));
         const float *gd = g.data(), *ud = u.data();
         float *yd = y.mutable_data();
+        const int64_t K = g.ndim() ? g.shape(g.ndim() - 1) : 1, rows = K ? g.size() / K : 0;
         py::gil_scoped_release nogil;
-        c_.gated(silu, gd, ud, yd, g.size());
+        c_.gated(silu, gd, ud, yd, rows, K);
         return y;
     }
 

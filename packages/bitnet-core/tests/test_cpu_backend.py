@@ -164,3 +164,73 @@ def test_bad_caches_are_clear_errors():
     # through the backend: a bitnet_core error, the cache untouched
     with fused.new_cache() as seq, pytest.raises(ShapeError):
         fused.forward([cfg.vocab_size], seq)
+
+
+# (sequence, ids) per batched step: prompt chunks and decode tokens mixed, the
+# sequences at different positions, in varying order
+BATCH_STEPS = (
+    ((0, 7), (1, 1)),
+    ((0, 1), (1, 5), (2, 3)),
+    ((2, 1), (0, 1), (3, 9), (1, 1)),
+    ((3, 1), (2, 4), (0, 1), (1, 2)),
+)
+
+
+@pytest.mark.parametrize("kv_dtype", ["float16", "float32"])
+@pytest.mark.parametrize("config_name", sorted(CONFIGS))
+def test_forward_batch_equals_forward(prov_args, config_name, kv_dtype):
+    """One batched step of several sequences gives each sequence the logits of its own
+    forward bit for bit: on the fused engine and on the op-by-op generic one."""
+    weights = random_weights(BitNetConfig(**CONFIGS[config_name]), seed=12)
+    fused, generic = _pair(*prov_args, weights, kv_dtype)
+    solo = FusedCpuBackend(
+        native_provider(*prov_args), weights, progress=False, kv_cache=KVCacheConfig(dtype=kv_dtype)
+    )
+    rng = np.random.default_rng(8)
+    vocab = weights.config.vocab_size
+    engines = {"fused": fused, "generic": generic}
+    seqs = {
+        name: [b.new_cache() for _ in range(4)] for name, b in {**engines, "solo": solo}.items()
+    }
+    for step in BATCH_STEPS:
+        chunks = [(j, rng.integers(0, vocab, size=n)) for j, n in step]
+        want = np.stack([solo.forward(ids, seqs["solo"][j]) for j, ids in chunks])
+        for name, backend in engines.items():
+            got = backend.forward_batch([(ids, seqs[name][j]) for j, ids in chunks])
+            assert got.shape == (len(chunks), vocab) and got.dtype == np.float32
+            np.testing.assert_array_equal(got, want, err_msg=f"{name} step {step}")
+    for name in engines:
+        assert [s.length for s in seqs[name]] == [s.length for s in seqs["solo"]] == [10, 9, 8, 10]
+
+
+def test_forward_batch_int8_head_equals_forward(prov_args):
+    weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=6)
+    fused = FusedCpuBackend(native_provider(*prov_args, int8_head=True), weights, progress=False)
+    with (
+        fused.new_cache() as a,
+        fused.new_cache() as b,
+        fused.new_cache() as c,
+        fused.new_cache() as d,
+    ):
+        fused.forward([1, 2, 3], a)
+        got = fused.forward_batch([([4], a), ([5, 6, 7, 8], b)])
+        fused.forward([1, 2, 3], c)
+        np.testing.assert_array_equal(got[0], fused.forward([4], c))
+        np.testing.assert_array_equal(got[1], fused.forward([5, 6, 7, 8], d))
+
+
+def test_forward_batch_bad_input_appends_nothing(prov_args):
+    weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=6)
+    fused, generic = _pair(*prov_args, weights)
+    for backend in (fused, generic):
+        with backend.new_cache() as a, backend.new_cache() as b:
+            backend.forward([1, 2], a)
+            with pytest.raises(ShapeError, match="twice"):
+                backend.forward_batch([([3], a), ([4], a)])
+            with pytest.raises(ShapeError, match="at least one"):
+                backend.forward_batch([])
+            with pytest.raises(ShapeError, match="at least one token"):
+                backend.forward_batch([([3], a), ([], b)])
+            with pytest.raises(ShapeError, match="out of range|vocabulary"):
+                backend.forward_batch([([3], a), ([10**6], b)])
+            assert (a.length, b.length) == (2, 0)

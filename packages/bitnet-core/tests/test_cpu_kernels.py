@@ -177,6 +177,19 @@ def test_matmul_dense(prov, shape, dtype):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("k", [5, 40, 100, 1536])
+def test_matmul_dense_rows_do_not_depend_on_batch(prov, k, dtype):
+    """A row's logits are the same bits whether it goes alone (decode) or with other rows
+    (prefill, a batched server step): every float head kernel sums a row in one order."""
+    rng = np.random.default_rng(k)
+    table = prov.to_device(rng.standard_normal((37, k)).astype(dtype))
+    x = rng.standard_normal((8, k)).astype(np.float32)
+    alone = np.concatenate([prov.matmul_dense(x[t : t + 1], table) for t in range(8)])
+    for t in (2, 3, 5, 8):
+        np.testing.assert_array_equal(prov.matmul_dense(x[:t], table), alone[:t])
+
+
 @pytest.mark.parametrize(
     "shape", [(1, 5, 3), (1, 1536, 129), (1, 70, 41), (3, 1536, 129), (6, 70, 40)]
 )
@@ -350,3 +363,15 @@ def test_registered_and_ranked(clean_registry):
 
     best = select("cpu")
     assert best.provider.name != "cpu-reference"  # a native provider is always available
+
+
+@pytest.mark.parametrize("k", [100, 4101])
+def test_gated_rows_do_not_depend_on_batch(prov, k):
+    """A row's silu/relu2 products are the same bits alone or among other rows (a
+    batched server step): the vector/scalar split falls at the same place of a row."""
+    rng = np.random.default_rng(k)
+    g = (rng.standard_normal((9, k)) * 6).astype(np.float32)
+    u = rng.standard_normal((9, k)).astype(np.float32)
+    for op in (prov.silu_mul, prov.relu2_mul):
+        alone = np.concatenate([op(g[t : t + 1], u[t : t + 1]) for t in range(9)])
+        np.testing.assert_array_equal(op(g, u), alone)

@@ -237,3 +237,25 @@ def test_model_checks_catch_a_matmul_bug():
     failed = {r.id for r in report.failed}
     assert {f"model-prefill-{c}" for c in model.MODEL_CONFIGS} <= failed, failed
     assert {f"model-decode-{c}" for c in model.MODEL_CONFIGS} <= failed, failed
+
+
+class MixedUpBatch(ReferenceProvider):
+    """A backend whose batched step hands each sequence another one's logits."""
+
+    name = "bug-batch-rows"
+
+    def make_backend(self, weights, **opts):
+        from bitnet_core.model import GenericBackend
+
+        class Backend(GenericBackend):
+            def _forward_batch(self, batch):
+                return np.roll(super()._forward_batch(batch), 1, axis=0)
+
+        return Backend(self, weights, **opts)
+
+
+def test_batch_check_catches_mixed_up_rows():
+    report = run(MixedUpBatch(), only=["model"])
+    failed = {r.id for r in report.failed}
+    assert {f"model-batch-{c}" for c in model.MODEL_CONFIGS} <= failed, failed
+    assert not {f"model-decode-{c}" for c in model.MODEL_CONFIGS} & failed, failed

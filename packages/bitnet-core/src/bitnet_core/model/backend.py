@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from collections.abc import Sequence as SequenceOf
 from typing import Any
 
 import numpy as np
@@ -144,10 +145,7 @@ class GenericBackend:
 
         Thread-safe: concurrent generations interleave one forward call at a time.
         """
-        ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
-        if ids.size == 0:
-            raise ShapeError("forward needs at least one token id")
-        check_token_ids(ids, self.config.vocab_size)
+        ids = self._step_ids(token_ids)
         with self._lock:  # reserve inside: eviction must not hit a sequence mid-forward
             cache.reserve(cache.length + int(ids.size))  # all of it up front, or a clear error
             # Long prompts go in chunks of max_batch tokens (bounded activation and
@@ -157,6 +155,94 @@ class GenericBackend:
                 for i in range(0, ids.size, self.max_batch)
             ]
         return np.concatenate(outs) if all_logits else outs[-1]
+
+    def forward_batch(self, items: SequenceOf[tuple[Any, Sequence]]) -> np.ndarray:
+        """One step of several sequences: ``items`` are ``(token_ids, cache)`` pairs, each
+        appending its ids to its own sequence; float32 logits ``[len(items), vocab]`` of each
+        sequence's last token.
+
+        All tokens go through the matmuls as one batch (decode tokens and prefill chunks
+        mixed); attention runs per sequence over its own cache at its own position. Each
+        row equals what ``forward`` gives for that sequence alone (bit for bit where the
+        provider's ops are batch-invariant, as the native CPU ones). The caller bounds the
+        step's tokens (no chunking here). Nothing is appended unless the whole step runs.
+        A backend that fuses its single-sequence ``_forward`` but has no ``_forward_batch``
+        of its own (``cuda``'s) runs the sequences one after the other.
+        """
+        batch = [(self._step_ids(ids), cache) for ids, cache in items]
+        if not batch:
+            raise ShapeError("forward_batch needs at least one sequence")
+        if len({id(cache) for _, cache in batch}) != len(batch):
+            raise ShapeError("forward_batch: a sequence appears twice in one step")
+        cls = type(self)
+        if cls._forward is not GenericBackend._forward and (
+            cls._forward_batch is GenericBackend._forward_batch
+        ):
+            return np.stack([self.forward(ids, cache) for ids, cache in batch])
+        with self._lock:
+            for ids, cache in batch:
+                cache.reserve(cache.length + int(ids.size))
+            for _, cache in batch:  # one reserve may have evicted another of the step
+                cache.reserve(cache.length)
+            return self._forward_batch(batch)
+
+    def _step_ids(self, token_ids: Any) -> np.ndarray:
+        ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
+        if ids.size == 0:
+            raise ShapeError("forward needs at least one token id")
+        check_token_ids(ids, self.config.vocab_size)
+        return ids
+
+    def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+        p, cfg, w = self._provider, self.config, self.weights
+        if len(batch) == 1:
+            ids, cache = batch[0]
+            return self._forward(ids, cache, False)[None]
+        counts = [int(ids.size) for ids, _ in batch]
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        t = int(offsets[-1])
+        starts = [cache.length for _, cache in batch]
+        ids_all = np.concatenate([ids for ids, _ in batch])
+        positions = np.concatenate(
+            [np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, counts, strict=True)]
+        )
+        hq, hkv, d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
+        lin, view = self._lin, self._reshape
+
+        def rows(x: Any, j: int, heads: int) -> Any:  # sequence j's rows of x [T, heads * d]
+            sel = np.arange(offsets[j], offsets[j + 1], dtype=np.int64)
+            return view(p.embedding(x, sel), (counts[j], heads, d))
+
+        x = p.embedding(w.embedding, ids_all)
+        for i, lw in enumerate(w.layers):
+            h = p.rmsnorm(x, lw.attn_norm, eps)
+            q = view(lin(h, lw.q), (t, hq, d))
+            k = view(lin(h, lw.k), (t, hkv, d))
+            v = view(lin(h, lw.v), (t, hkv, d))
+            q = view(p.rope(q, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim), (t, hq * d))
+            k = view(
+                p.rope(k, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim), (t, hkv * d)
+            )
+            v = view(v, (t, hkv * d))
+            a = p.empty((t, hq, d), np.float32)  # the sequences' outputs, stored row by row
+            for j, (_, cache) in enumerate(batch):
+                k_cache, v_cache = cache.layer(i)
+                p.kv_store(k_cache, rows(k, j, hkv), starts[j])
+                p.kv_store(v_cache, rows(v, j, hkv), starts[j])
+                p.kv_store(
+                    a, p.attention(rows(q, j, hq), k_cache, v_cache, starts[j]), int(offsets[j])
+                )
+            a = p.rmsnorm(view(a, (t, hq * d)), lw.attn_sub_norm, eps)
+            x = p.add(x, lin(a, lw.o))
+            h = p.rmsnorm(x, lw.ffn_norm, eps)
+            f = self._ffn(lin(h, lw.gate), lin(h, lw.up))
+            f = p.rmsnorm(f, lw.ffn_sub_norm, eps)
+            x = p.add(x, lin(f, lw.down))
+        for n, (_, cache) in zip(counts, batch, strict=True):
+            cache.advance(n)
+        x = p.embedding(x, offsets[1:] - 1)  # each sequence's last token
+        x = p.rmsnorm(x, w.output_norm, eps)
+        return np.asarray(p.to_host(p.matmul_dense(x, w.head)), dtype=np.float32)
 
     def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
         p, cfg, w = self._provider, self.config, self.weights

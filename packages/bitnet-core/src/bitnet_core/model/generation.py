@@ -161,6 +161,47 @@ def generate_tokens(
             sess.close()
 
 
+class TextPieces:
+    """Sampled ids to text pieces, one id at a time: incremental decoding, cut at the
+    first stop string.
+
+    Each piece is the new text of ``decode(prompt + generated)`` (so leading
+    spaces come out right); a trailing incomplete UTF-8 character waits for
+    the next token. ``stopped`` turns true once a stop string was seen.
+    """
+
+    def __init__(
+        self, decode: Callable[[list[int]], str], prompt_ids: Sequence[int], stops: Sequence[str]
+    ) -> None:
+        self._decode = decode
+        self._prompt = list(prompt_ids)
+        self._base = decode(self._prompt)
+        self._generated: list[int] = []
+        self._emitted = 0
+        self._text = ""
+        self._matcher = StopMatcher(stops)
+
+    @property
+    def stopped(self) -> bool:
+        return self._matcher.stopped
+
+    def feed(self, tok: int) -> str:
+        """The text that ``tok`` completes (possibly empty)."""
+        self._generated.append(tok)
+        text = self._decode(self._prompt + self._generated)
+        base = self._base
+        text = text[len(base) :] if text.startswith(base) else self._decode(self._generated)
+        self._text = text
+        if text.endswith("\ufffd"):
+            return ""
+        piece, self._emitted = text[self._emitted :], len(text)
+        return self._matcher.feed(piece)
+
+    def finish(self) -> str:
+        """The held-back text at the end of generation."""
+        return self._matcher.feed(self._text[self._emitted :]) + self._matcher.flush()
+
+
 def stream_text(
     token_stream: Iterator[int],
     decode: Callable[[list[int]], str],
@@ -168,34 +209,19 @@ def stream_text(
     stops: Sequence[str],
     stats: GenerationStats,
 ) -> Iterator[str]:
-    """Turn sampled ids into text pieces: incremental decoding, cut at the first stop string.
-
-    Each piece is the new text of ``decode(prompt + generated)`` (so leading
-    spaces come out right); a trailing incomplete UTF-8 character waits for
-    the next token.
-    """
-    prompt = list(prompt_ids)
-    base = decode(prompt)
-    generated: list[int] = []
-    emitted = 0
-    text = ""
-    matcher = StopMatcher(stops)
+    """Turn sampled ids into text pieces (``TextPieces``); sets ``stats.finish_reason``
+    to ``"stop"`` at a stop string."""
+    pieces = TextPieces(decode, prompt_ids, stops)
     try:
         for tok in token_stream:
-            generated.append(tok)
-            text = decode(prompt + generated)
-            text = text[len(base) :] if text.startswith(base) else decode(generated)
-            if text.endswith("\ufffd"):
-                continue
-            piece, emitted = text[emitted:], len(text)
-            out = matcher.feed(piece)
+            out = pieces.feed(tok)
             if out:
                 yield out
-            if matcher.stopped:
+            if pieces.stopped:
                 stats.finish_reason = "stop"
                 return
-        tail = matcher.feed(text[emitted:]) + matcher.flush()
-        if matcher.stopped:
+        tail = pieces.finish()
+        if pieces.stopped:
             stats.finish_reason = "stop"
         if tail:
             yield tail

@@ -8,6 +8,10 @@ released, instead of ~15 Python-level ops a layer. The C++ runs the same ops
 are equal bit for bit (``tests/test_cpu_backend.py`` checks it); what it saves
 is Python between ops, a new array per intermediate, and one activation
 quantization and thread hand-off for each of q/k/v and gate/up.
+``forward_batch`` (a server step of several sequences) is one
+``CpuModel.forward_batch`` call: every token of the step through each ternary
+matmul and the head at once, attention per sequence; each sequence's logits
+equal its own ``forward``'s bit for bit.
 
 ``BITNET_CPU_FUSED=0`` turns it off (the generic op-by-op engine runs);
 ``quantize_activations=False`` always takes the generic path (float matmuls).
@@ -107,6 +111,26 @@ class FusedCpuBackend(GenericBackend):
         if self._gather_only and self._embedding_file is None:
             release_file_pages(self.weights.embedding)
         return logits if all_logits else logits[-1]
+
+    def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+        if self._model is None:
+            return super()._forward_batch(batch)
+        try:
+            logits = self._model.forward_batch(
+                np.concatenate([ids for ids, _ in batch]),
+                [int(ids.size) for ids, _ in batch],
+                [cache.length for _, cache in batch],
+                [cache.k for _, cache in batch],
+                [cache.v for _, cache in batch],
+                self._provider.threads,
+            )
+        except ValueError as exc:
+            raise ShapeError(f"{self._provider.name}: {exc}") from None
+        for ids, cache in batch:
+            cache.advance(int(ids.size))
+        if self._gather_only and self._embedding_file is None:
+            release_file_pages(self.weights.embedding)
+        return logits
 
 
 def _open_rows_source(model: Any, table: np.ndarray) -> BinaryIO | None:

@@ -57,13 +57,18 @@ def create_app(
     max_queue: int = 256,
     default_max_tokens: int = 256,
     max_body_bytes: int = 8 << 20,
+    step_tokens: int | None = None,
 ) -> FastAPI:
     """An app serving ``model`` under the name ``model_name``.
 
     ``max_body_bytes`` caps a request body (413 beyond it); a request's
-    ``max_tokens`` is bounded by what the context leaves after its prompt.
+    ``max_tokens`` is bounded by what the context leaves after its prompt;
+    ``step_tokens`` is the scheduler's token budget per batched step
+    (``server/scheduler.py``).
     """
-    scheduler = Scheduler(model, max_active=max_active, max_queue=max_queue)
+    scheduler = Scheduler(
+        model, max_active=max_active, max_queue=max_queue, step_tokens=step_tokens
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -1,12 +1,16 @@
-"""The decode scheduler of ``bitnet serve``: one worker thread, many sequences.
+"""The scheduler of ``bitnet serve``: one worker thread, continuous batching.
 
-Requests wait in a bounded queue; up to ``max_active`` of them decode
-together. Each round the worker advances every active sequence by one token
-(continuous batching by interleaving: a new request joins at the next round,
-a finished or cancelled one leaves at once and frees its KV-cache sequence),
-so the event loop never blocks on the model and short requests are not stuck
-behind long ones. Text pieces are handed to the request's asyncio queue with
-``call_soon_threadsafe``.
+Requests wait in a bounded queue; up to ``max_active`` of them run together.
+Each step of the worker is one ``backend.forward_batch`` call for every
+active sequence: one token of each sequence that is decoding, then prompt
+tokens of the sequences still prefilling, up to ``step_tokens`` tokens in
+all (the step's token budget). A prompt longer than what is left of the
+budget goes in chunks over several steps, shortest remaining prompt first,
+so a long prompt delays the other streams by at most one chunk a step and a
+short request that arrives meanwhile gets its first token after at most
+about two steps. A new request joins at the next step; a finished or
+cancelled one leaves at once and frees its KV-cache sequence. Text pieces
+are handed to the request's asyncio queue with ``call_soon_threadsafe``.
 """
 
 from __future__ import annotations
@@ -15,15 +19,20 @@ import asyncio
 import collections
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import BitnetError
-from ..model.generation import GenerationStats, generate_tokens, stream_text
-from ..model.sampling import SamplingParams
+import numpy as np
+
+from ..errors import BitnetError, ConfigError, ContextLengthError
+from ..model.generation import GenerationStats, TextPieces
+from ..model.processors import TokenProcessor, accept_token, apply_processors
+from ..model.sampling import Sampler, SamplingParams
 
 DONE = object()  # sentinel: the sequence ended (its stats are final)
+
+#: default token budget of a step: the decode tokens plus a prefill chunk
+DEFAULT_STEP_TOKENS = 128
 
 
 class QueueFullError(BitnetError):
@@ -42,13 +51,21 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
     enqueued: float = field(default_factory=time.perf_counter)
-    started: float | None = None  # when the worker took it up (queue wait = started - enqueued)
-    pieces: Iterator[str] | None = None
     #: per-sequence logits processors (structured output, logprobs): model/processors.py
-    processors: tuple = ()
+    processors: tuple[TokenProcessor, ...] = ()
+    # --- the worker's state of the generation -------------------------------------
+    seq: Any = None  # the KV-cache sequence, once started
+    prefilled: int = 0  # prompt tokens in the cache
+    next_token: int | None = None  # sampled, to be fed at the next step
+    history: list[int] = field(default_factory=list)
+    sampler: Sampler | None = None
+    text: TextPieces | None = None
+    started: float | None = None  # first step of the prompt (queue wait = started - enqueued)
+    first_token_step: int | None = None  # the scheduler step that sampled the first token
+    eos: frozenset[int] = frozenset()
 
     def cancel(self) -> None:
-        """Called when the client goes away: the worker drops the sequence at its next round."""
+        """Called when the client goes away: the worker drops the sequence at its next step."""
         self.cancelled.set()
 
     def _emit(self, item: Any) -> None:
@@ -56,6 +73,10 @@ class Job:
         tokens generated so far (the server's latency histograms)."""
         mark = (item, time.perf_counter(), self.stats.generated_tokens)
         self.loop.call_soon_threadsafe(self.out.put_nowait, mark)
+
+    @property
+    def prefilling(self) -> bool:
+        return self.prefilled < len(self.prompt_ids)
 
 
 @dataclass
@@ -67,15 +88,35 @@ class SchedulerStats:
     prompt_tokens_total: int = 0
     generated_tokens_total: int = 0
     decode_seconds_total: float = 0.0
+    steps_total: int = 0  # forward_batch calls
+    step_tokens_total: int = 0  # tokens through them
+    step_tokens_max: int = 0  # the most in one step
 
 
 class Scheduler:
-    """Runs every request's generation on one worker thread, interleaved token by token."""
+    """Runs every request's generation on one worker thread, one batched forward a step."""
 
-    def __init__(self, model: Any, max_active: int = 8, max_queue: int = 256) -> None:
+    def __init__(
+        self,
+        model: Any,
+        max_active: int = 8,
+        max_queue: int = 256,
+        step_tokens: int | None = None,
+    ) -> None:
+        step_tokens = (
+            max(DEFAULT_STEP_TOKENS, max_active + 1) if step_tokens is None else step_tokens
+        )
+        if not isinstance(max_active, int) or max_active < 1:
+            raise ConfigError(f"max_active must be a positive integer, got {max_active!r}")
+        if not isinstance(step_tokens, int) or step_tokens <= max_active:
+            raise ConfigError(
+                f"step_tokens ({step_tokens!r}) must be an integer above max_active ({max_active}): "
+                "every decoding sequence takes one token of a step and prompts need the rest"
+            )
         self.model = model
         self.max_active = max_active
         self.max_queue = max_queue
+        self.step_tokens = step_tokens
         self.stats = SchedulerStats()
         self._pending: collections.deque[Job] = collections.deque()
         self._active: list[Job] = []
@@ -93,8 +134,13 @@ class Scheduler:
     def active(self) -> int:
         return len(self._active)
 
-    def submit(self, prompt_ids: list[int], params: SamplingParams, processors: tuple = ()) -> Job:
-        job = Job(prompt_ids, params, asyncio.get_running_loop(), processors=processors)
+    def submit(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        processors: tuple[TokenProcessor, ...] = (),
+    ) -> Job:
+        job = Job(list(prompt_ids), params, asyncio.get_running_loop(), processors=processors)
         with self._cv:
             if len(self._pending) + len(self._active) >= self.max_queue:
                 self.stats.requests_rejected += 1
@@ -114,22 +160,36 @@ class Scheduler:
 
     # --- the worker thread ----------------------------------------------------------
     def _start(self, job: Job) -> None:
+        """Give a job its sequence and sampler (raises for a prompt that cannot fit)."""
+        if not job.prompt_ids:
+            raise ContextLengthError(
+                "the prompt is empty: nothing to condition on (add a BOS token)"
+            )
+        job.seq = self.model.backend.new_cache()
+        if len(job.prompt_ids) >= job.seq.max_len:
+            raise ContextLengthError(
+                f"prompt of {len(job.prompt_ids)} tokens does not fit the context of "
+                f"{job.seq.max_len} tokens"
+            )
+        job.sampler = Sampler(job.params)
+        job.history = list(job.prompt_ids)
+        job.eos = frozenset(int(e) for e in self.model.eos_ids)
+        job.text = TextPieces(self.model.decode, job.prompt_ids, job.params.stop)
+        job.stats.prompt_tokens = len(job.prompt_ids)
         job.started = time.perf_counter()
-        tokens = generate_tokens(
-            self.model.backend,
-            job.prompt_ids,
-            job.params,
-            eos_ids=self.model.eos_ids,
-            stats=job.stats,
-            processors=job.processors,
-        )
-        job.pieces = stream_text(
-            tokens, self.model.decode, job.prompt_ids, job.params.stop, job.stats
-        )
 
-    def _finish(self, job: Job, error: BaseException | None = None) -> None:
-        if job.pieces is not None:
-            job.pieces.close()  # frees the KV-cache sequence
+    def _finish(self, job: Job, error: BaseException | None = None, reason: str = "") -> None:
+        if error is None and not job.cancelled.is_set() and job.text is not None:
+            tail = job.text.finish()
+            if job.text.stopped:
+                reason = "stop"
+            if tail:
+                job._emit(tail)
+        if reason:
+            job.stats.finish_reason = reason
+        if job.seq is not None:
+            job.seq.close()  # frees the KV-cache blocks
+            job.seq = None
         job.error = error
         if error is not None:
             self.stats.requests_failed += 1
@@ -140,24 +200,114 @@ class Scheduler:
         self.stats.decode_seconds_total += job.stats.decode_s + job.stats.prompt_s
         job._emit(DONE)
 
-    def _step(self, job: Job) -> bool:
-        """Advance one job by one piece; False when it is finished."""
-        if job.cancelled.is_set():
-            self._finish(job)
-            return False
+    def _plan(self, jobs: list[Job]) -> list[tuple[Job, list[int]]]:
+        """The step: each decoding job's next token, then prompt chunks within the budget."""
+        plan = [(j, [j.next_token]) for j in jobs if not j.prefilling]
+        budget = self.step_tokens - len(plan)
+        for j in sorted(
+            (j for j in jobs if j.prefilling), key=lambda j: len(j.prompt_ids) - j.prefilled
+        ):
+            if budget <= 0:
+                break
+            chunk = j.prompt_ids[j.prefilled : j.prefilled + budget]
+            plan.append((j, chunk))
+            budget -= len(chunk)
+        return plan
+
+    def _forward(self, plan: list[tuple[Job, list[int]]]) -> list[np.ndarray | BaseException]:
+        """Logits of each planned job's last token (or the error its sequence raised)."""
+        backend = self.model.backend
+        items = [(np.asarray(ids, dtype=np.int64), j.seq) for j, ids in plan]
         try:
-            if job.pieces is None:
-                self._start(job)
-            piece = next(job.pieces)  # type: ignore[arg-type]
-        except StopIteration:
-            self._finish(job)
+            return list(backend.forward_batch(items))
+        except Exception:  # noqa: BLE001 - find the sequence(s) at fault, one by one
+            out: list[np.ndarray | BaseException] = []
+            for item in items:
+                try:
+                    out.append(backend.forward_batch([item])[0])
+                except Exception as exc:  # noqa: BLE001
+                    out.append(exc)
+            return out
+
+    def _after(self, job: Job, n_fed: int, logits: np.ndarray, seconds: float) -> bool:
+        """Take a step's result for a job; False when the job is finished."""
+        if job.prefilling:
+            job.prefilled += n_fed
+            if job.prefilling:
+                return True
+            job.stats.prompt_s = time.perf_counter() - job.started  # type: ignore[operator]
+        else:
+            job.stats.decode_s += seconds
+            job.stats.decode_steps += 1
+        stats = job.stats
+        if stats.generated_tokens >= job.params.max_tokens:  # max_tokens 0: the prompt only
+            self._finish(job, reason="length")
             return False
-        except Exception as exc:  # a failing request must not take the server down
-            self._finish(job, exc)
+        raw = logits
+        if job.processors:
+            logits = apply_processors(job.processors, logits)
+        tok = job.sampler.sample(logits, job.history)  # type: ignore[union-attr]
+        constrained_done = bool(job.processors) and accept_token(job.processors, tok, raw)
+        if tok in job.eos:
+            self._finish(job, reason="stop")
             return False
+        job.history.append(tok)
+        stats.generated_tokens += 1
+        if job.first_token_step is None:
+            job.first_token_step = self.stats.steps_total
+        piece = job.text.feed(tok)  # type: ignore[union-attr]
         if piece:
             job._emit(piece)
+        if job.text.stopped or constrained_done:  # type: ignore[union-attr]
+            self._finish(job, reason="stop")
+            return False
+        if stats.generated_tokens >= job.params.max_tokens:
+            self._finish(job, reason="length")
+            return False
+        if job.seq.length + 1 > job.seq.max_len:
+            self._finish(job, reason="context")
+            return False
+        job.next_token = tok
         return True
+
+    def _step(self, jobs: list[Job]) -> list[Job]:
+        """One batched forward for the active jobs; the jobs that finished."""
+        finished: list[Job] = []
+        live: list[Job] = []
+        for job in jobs:
+            if job.cancelled.is_set():
+                self._finish(job)
+                finished.append(job)
+                continue
+            if job.seq is None:
+                try:
+                    self._start(job)
+                except Exception as exc:  # noqa: BLE001 - a bad request must not stop the server
+                    self._finish(job, exc)
+                    finished.append(job)
+                    continue
+            live.append(job)
+        plan = self._plan(live)
+        if not plan:
+            return finished
+        t0 = time.perf_counter()
+        results = self._forward(plan)
+        seconds = time.perf_counter() - t0
+        n_tokens = sum(len(ids) for _, ids in plan)
+        self.stats.steps_total += 1
+        self.stats.step_tokens_total += n_tokens
+        self.stats.step_tokens_max = max(self.stats.step_tokens_max, n_tokens)
+        for (job, ids), res in zip(plan, results, strict=True):
+            try:
+                if isinstance(res, BaseException):
+                    raise res
+                keep = self._after(job, len(ids), res, seconds)
+            except Exception as exc:  # noqa: BLE001
+                self._finish(job, exc)
+                keep = False
+            if not keep:
+                finished.append(job)
+        return finished
 
     def _run(self) -> None:
         while True:
@@ -166,10 +316,17 @@ class Scheduler:
                     self._cv.wait()
                 if self._stop:
                     return
+                gone = [j for j in self._pending if j.cancelled.is_set()]
+                for job in gone:  # cancelled while queued: leave at once, not at a free slot
+                    self._pending.remove(job)
                 while self._pending and len(self._active) < self.max_active:
                     self._active.append(self._pending.popleft())
                 batch = list(self._active)
-            finished = [job for job in batch if not self._step(job)]
+            for job in gone:
+                self._finish(job)
+            if not batch:
+                continue
+            finished = self._step(batch)
             if finished:
                 with self._cv:
                     self._active = [j for j in self._active if j not in finished]

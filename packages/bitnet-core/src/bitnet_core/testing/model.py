@@ -205,6 +205,30 @@ def check_greedy(provider: Any, config_name: str, steps: int = 12) -> int:
     return steps
 
 
+def check_batch(provider: Any, config_name: str) -> None:
+    """``forward_batch`` (one step of several sequences: decode tokens and prompt chunks
+    mixed, each at its own position) against the reference's per-sequence forwards."""
+    ids = _prompt(config_name, 16, 5)
+    ref, dut = _reference(config_name, provider), _backend(provider, config_name)
+    # (sequence, tokens) per step: three sequences at different positions
+    steps = (
+        ((0, ids[0:5]), (2, ids[10:12])),
+        ((0, ids[5:6]), (1, ids[6:9]), (2, ids[12:13])),
+        ((1, ids[9:10]), (0, ids[13:14]), (2, ids[14:16])),
+    )
+    ref_seqs = [ref.new_cache() for _ in range(3)]
+    dut_seqs = [dut.new_cache() for _ in range(3)]
+    try:
+        for n, step in enumerate(steps):
+            got = dut.forward_batch([(chunk, dut_seqs[j]) for j, chunk in step])
+            for row, (j, chunk) in enumerate(step):
+                want = ref.forward(chunk, ref_seqs[j])
+                _close(f"batched step {n} logits of sequence {j} ({config_name})", got[row], want)
+    finally:
+        for seq in (*ref_seqs, *dut_seqs):
+            seq.close()
+
+
 def _file_weights(fmt: str, tables: str = "f16") -> Any:
     """The FILE_CONFIG model as a GGUF file in ``fmt`` with ``tables`` embeddings, opened
     (written once per process)."""
@@ -253,7 +277,7 @@ def model_checks() -> list[ModelCheck]:
     checks = []
     for config_name in MODEL_CONFIGS:
         for kind, fn in (("prefill", check_prefill), ("decode", check_decode),
-                         ("greedy", check_greedy)):  # fmt: skip
+                         ("greedy", check_greedy), ("batch", check_batch)):  # fmt: skip
             checks.append(
                 ModelCheck(f"{kind}-{config_name}", lambda p, f=fn, c=config_name: f(p, c))
             )

@@ -1,0 +1,148 @@
+"""The server's scheduler on a real model: batched steps, chunked prefill, budgets.
+
+Every request's text must equal the engine's own greedy generation of the
+same prompt (a batched step gives each sequence its own logits); a long
+prompt goes in chunks of the step's token budget, so a short request that
+arrives with it gets its first token within two steps and decoding streams
+advance every step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from bitnet_core.config import BitNetConfig
+from bitnet_core.errors import ConfigError, ContextLengthError
+from bitnet_core.model.api import load
+from bitnet_core.model.random import random_model_file
+from bitnet_core.model.sampling import SamplingParams
+from bitnet_core.server.scheduler import DONE, Scheduler
+
+CONFIG = BitNetConfig(
+    vocab_size=300, hidden_size=256, num_layers=2, num_heads=4, num_kv_heads=2,
+    intermediate_size=256, context_length=160,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=["cpu", "cpu-reference"])
+def model(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp("sched") / "m.gguf"
+    random_model_file(path, CONFIG, seed=9)
+    return load(path, device=request.param)
+
+
+def _greedy(n: int) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=n)
+
+
+async def _collect(job) -> str:
+    parts = []
+    while (item := await job.out.get()) is not DONE:
+        parts.append(item)
+    return "".join(parts)
+
+
+def _run(sched: Scheduler, requests: list[tuple[list[int], SamplingParams]]) -> list:
+    """Submit every request at once (the worker sees them in one step); (job, text) each."""
+
+    async def go():
+        with sched._cv:  # the worker waits until all are queued
+            jobs = [sched.submit(ids, params) for ids, params in requests]
+        texts = await asyncio.gather(*(_collect(j) for j in jobs))
+        return list(zip(jobs, texts, strict=True))
+
+    return asyncio.run(go())
+
+
+def _prompt(model, n: int, seed: int) -> list[int]:
+    return [(seed * 31 + 7 * i) % (CONFIG.vocab_size - 10) + 5 for i in range(n)]
+
+
+def test_batched_requests_equal_solo_generation(model):
+    sched = Scheduler(model, max_active=4, step_tokens=24)
+    try:
+        reqs = [(_prompt(model, n, s), _greedy(m)) for n, s, m in ((3, 1, 9), (40, 2, 5), (7, 3, 12), (1, 4, 6), (18, 5, 7))]  # fmt: skip
+        for job, text in _run(sched, reqs):
+            assert job.error is None
+            assert text == _solo_text(model, job)
+            assert job.seq is None  # the sequence was freed
+        assert sched.stats.step_tokens_max <= 24
+        assert model.backend.kv.stats()["sequences"] == 0
+    finally:
+        sched.close()
+
+
+def _solo_text(model, job) -> str:
+    from bitnet_core.model.generation import generate_tokens, stream_text
+
+    stats = type(job.stats)()
+    toks = generate_tokens(
+        model.backend, job.prompt_ids, job.params, eos_ids=model.eos_ids, stats=stats
+    )
+    return "".join(stream_text(toks, model.decode, job.prompt_ids, job.params.stop, stats))
+
+
+def test_long_prompt_is_chunked_and_a_short_one_goes_first(model):
+    budget = 16
+    sched = Scheduler(model, max_active=4, step_tokens=budget)
+    try:
+        long_ids, short_ids = _prompt(model, 120, 1), _prompt(model, 4, 2)
+        (long, long_text), (short, short_text) = _run(
+            sched, [(long_ids, _greedy(2)), (short_ids, _greedy(3))]
+        )
+        assert short.first_token_step == 1  # its prompt fits the first step's budget
+        # the long prompt got what the short one left, one chunk a step
+        assert long.first_token_step >= math.ceil(120 / budget)
+        assert short.stats.generated_tokens == 3 and long.stats.generated_tokens == 2
+        assert (long_text, short_text) == (_solo_text(model, long), _solo_text(model, short))
+        assert sched.stats.step_tokens_max <= budget
+    finally:
+        sched.close()
+
+
+def test_plan_gives_every_decoding_stream_a_token(model):
+    sched = Scheduler(model, max_active=4, step_tokens=10)
+    try:
+
+        async def jobs():
+            loop = asyncio.get_running_loop()
+            from bitnet_core.server.scheduler import Job
+
+            return [Job(_prompt(model, n, n), _greedy(4), loop) for n in (30, 5, 3, 3)]
+
+        a, b, c, d = asyncio.run(jobs())
+        b.prefilled, b.next_token = 5, 11  # decoding
+        c.prefilled, c.next_token = 3, 12  # decoding
+        d.prefilled = 1  # two prompt tokens left
+        plan = sched._plan([a, b, c, d])
+        assert [(j, len(ids)) for j, ids in plan] == [(b, 1), (c, 1), (d, 2), (a, 6)]
+        assert plan[2][1] == d.prompt_ids[1:3] and plan[3][1] == a.prompt_ids[:6]
+    finally:
+        sched.close()
+
+
+def test_prompt_too_long_fails_only_its_request(model):
+    sched = Scheduler(model, max_active=4, step_tokens=32)
+    try:
+        (bad, _), (good, text) = _run(
+            sched,
+            [(_prompt(model, CONFIG.context_length, 1), _greedy(3)), ([5, 6], _greedy(3))],
+        )
+        assert isinstance(bad.error, ContextLengthError)
+        assert good.error is None and text == _solo_text(model, good)
+    finally:
+        sched.close()
+
+
+def test_max_tokens_zero_and_budget_checks(model):
+    sched = Scheduler(model, max_active=2, step_tokens=8)
+    try:
+        ((job, text),) = _run(sched, [(_prompt(model, 20, 3), _greedy(0))])
+        assert (text, job.stats.generated_tokens, job.stats.finish_reason) == ("", 0, "length")
+    finally:
+        sched.close()
+    with pytest.raises(ConfigError, match="step_tokens"):
+        Scheduler(model, max_active=8, step_tokens=8)
