@@ -17,10 +17,11 @@ import numpy as np
 
 from bitnet_core.errors import ProviderError, ShapeError, UnsupportedOperationError
 from bitnet_core.formats.dense import BF16Array, bf16_to_f32
-from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
+from bitnet_core.hal.provider import PLUGIN_API_VERSION, Availability, RopeStyle
 from bitnet_core.hal.switches import env_enabled
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.providers.reference import ReferenceProvider
+from bitnet_core.sdk.runtime import RuntimeUnavailable, import_runtime
 
 from .module import load_module
 
@@ -29,15 +30,12 @@ MAXT = 8  # tokens per GEMV block (kernels' MAXT)
 MMA_WARPS, MMA_NT = 4, 4  # matmul_i2s_mma: warps a block, 8-token groups a warp (kernels')
 #: from this many tokens a ternary matmul runs on int8 tensor cores (sm_80+)
 MMA_MIN_TOKENS = 16
-CUPY_HINT = "pip install 'bitnet-cuda[cuda12]' (or [cuda13] for a CUDA 13 driver)"
+CUPY_HINT = "pip install 'bitnet-cuda[cuda12]', or [cuda13] for a CUDA 13 driver"
 
 
 def import_cupy() -> Any:
-    try:
-        import cupy
-    except ImportError as exc:
-        raise ProviderError(f"CuPy is not installed: {CUPY_HINT} ({exc})") from exc
-    return cupy
+    """The cupy module; ``RuntimeUnavailable`` (step import/loader) when it cannot load."""
+    return import_runtime("cupy", CUPY_HINT, "CuPy")
 
 
 def pack_cuda_ternary(codes: np.ndarray) -> np.ndarray:
@@ -80,7 +78,10 @@ class CudaProvider(ReferenceProvider):
     name = "cuda"
     family = "cuda"
     device_kind = "gpu"
-    priority = PRIORITIES["cuda"]
+    priority = 10
+    plugin_api = PLUGIN_API_VERSION
+    distribution = "bitnet-cuda"
+    fakeable = True
     #: float16 first: half the bytes attention reads per key (llama.cpp's default too)
     kv_dtypes = ("float16", "float32")
     #: a BF16 file's embedding/head stays bfloat16 (two bytes a value, not a float32 copy)
@@ -103,8 +104,8 @@ class CudaProvider(ReferenceProvider):
     def probe(self, explicit: bool = False) -> Availability:
         try:
             cp = self._cupy_module()
-        except ProviderError as exc:
-            return Availability.no(str(exc))
+        except RuntimeUnavailable as exc:
+            return exc.availability()
         try:
             count = cp.cuda.runtime.getDeviceCount()
         except Exception as exc:

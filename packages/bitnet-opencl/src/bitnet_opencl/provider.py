@@ -27,11 +27,12 @@ from bitnet_core.errors import (
     ShapeError,
     UnsupportedOperationError,
 )
-from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
+from bitnet_core.hal.provider import PLUGIN_API_VERSION, Availability, RopeStyle
 from bitnet_core.hal.weights import TernaryWeight
+from bitnet_core.sdk.runtime import RuntimeUnavailable
 
 from .buffers import CLArray
-from .device import DeviceInfo, choose_device, import_pyopencl
+from .device import DeviceInfo, choose_device, discover, import_pyopencl
 from .runtime import Runtime
 from .weights import OpenCLWeight, host_layout
 
@@ -60,8 +61,10 @@ _HOST_DTYPES = {
 
 
 def _is_cl_error(exc: BaseException) -> bool:
-    cl, _ = import_pyopencl()
-    return cl is not None and isinstance(exc, cl.Error)
+    try:
+        return isinstance(exc, import_pyopencl().Error)
+    except RuntimeUnavailable:
+        return False
 
 
 def _op(fn):
@@ -91,7 +94,11 @@ class OpenCLProvider:
     name = "opencl"
     family = "opencl"
     device_kind = "gpu"
-    priority = PRIORITIES["opencl"]
+    priority = 30
+    plugin_api = PLUGIN_API_VERSION
+    distribution = "bitnet-opencl"
+    aliases = ("ocl",)
+    fakeable = True
 
     def __init__(self, device: str | None = None) -> None:
         """``device``: ``"P:D"`` overriding ``BITNET_OPENCL_DEVICE`` (tests, benchmarks)."""
@@ -106,11 +113,14 @@ class OpenCLProvider:
     # --- probing and the device ---------------------------------------------
     def probe(self, explicit: bool = False) -> Availability:
         try:
-            info, reason = choose_device(explicit, request=self._request)
+            found = discover()
+            if not found.devices:
+                return Availability.no(found.reason, found.step)
+            info, reason = choose_device(explicit, request=self._request, discovery=found)
         except Exception as exc:  # never raise from a probe
             return Availability.no(f"OpenCL probe failed: {type(exc).__name__}: {exc}")
         if info is None:
-            return Availability.no(reason)
+            return Availability.no(reason, "device")
         self._choices[explicit] = info
         ext = info.extensions
         return Availability.yes(
@@ -140,9 +150,7 @@ class OpenCLProvider:
                     if not avail.available:
                         raise DeviceUnavailableError(f"opencl: {avail.reason}")
                     info = self._choices[True]
-                cl, reason = import_pyopencl()
-                if cl is None:
-                    raise DeviceUnavailableError(f"opencl: {reason}")
+                cl = import_pyopencl()
                 try:
                     self._rt = Runtime(cl, info)
                 except BitnetError:

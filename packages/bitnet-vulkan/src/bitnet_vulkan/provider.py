@@ -21,8 +21,9 @@ from bitnet_core.errors import (
     ShapeError,
     UnsupportedOperationError,
 )
-from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
+from bitnet_core.hal.provider import PLUGIN_API_VERSION, Availability, RopeStyle
 from bitnet_core.hal.weights import TernaryWeight
+from bitnet_core.sdk.runtime import RuntimeUnavailable
 
 from . import vkapi
 from ._version import __version__
@@ -56,7 +57,10 @@ class VulkanProvider:
     name = "vulkan"
     family = "vulkan"
     device_kind = "gpu"
-    priority = PRIORITIES["vulkan"]
+    priority = 40
+    plugin_api = PLUGIN_API_VERSION
+    distribution = "bitnet-vulkan"
+    fakeable = True
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -72,11 +76,11 @@ class VulkanProvider:
         try:
             spirv_modules()
         except ProviderError as exc:
-            return Availability.no(str(exc), step="shaders")
+            return Availability.no(str(exc), step="kernels")
         try:
             vkapi.load()
-        except ProviderError as exc:
-            return Availability.no(str(exc), step="loader")
+        except RuntimeUnavailable as exc:
+            return exc.availability()
         try:
             with self._lock:
                 if self._ctx is None:

@@ -29,6 +29,7 @@ import numpy as np
 
 from bitnet_core.errors import DeviceUnavailableError, ProviderError
 from bitnet_core.hal.switches import env_enabled
+from bitnet_core.sdk.runtime import import_runtime
 
 from .shaders import preprocess, shader_source
 
@@ -53,12 +54,9 @@ def _quiet_headless_wsi() -> None:
 
 
 def import_wgpu() -> Any:
+    """The wgpu module; ``RuntimeUnavailable`` (step import/loader) when it cannot load."""
     _quiet_headless_wsi()
-    try:
-        import wgpu
-    except Exception as exc:  # ImportError, or wgpu-native failing to load
-        raise DeviceUnavailableError(f"the wgpu package cannot be imported: {exc}") from exc
-    return wgpu
+    return import_runtime("wgpu", "pip install wgpu")
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import BitnetError, ShapeError, UnsupportedOperationError
-from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
+from bitnet_core.hal.provider import PLUGIN_API_VERSION, Availability, RopeStyle
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.providers.reference import ReferenceProvider
+from bitnet_core.sdk.runtime import RuntimeUnavailable
 
 from .device import Device, choose_adapter, import_wgpu
 
@@ -74,7 +75,11 @@ class WebGPUProvider(ReferenceProvider):
     name = "webgpu"
     family = "webgpu"
     device_kind = "gpu"
-    priority = PRIORITIES["webgpu"]
+    priority = 50
+    plugin_api = PLUGIN_API_VERSION
+    distribution = "bitnet-webgpu"
+    aliases = ("wgpu",)
+    fakeable = True
     #: the attention shader reads float32 caches only (not the reference's float16 too)
     kv_dtypes = ("float32",)
     #: storage buffers are committed when created: KV caches grow block by block
@@ -89,6 +94,8 @@ class WebGPUProvider(ReferenceProvider):
         try:
             wgpu = import_wgpu()
             choice = choose_adapter(explicit)
+        except RuntimeUnavailable as exc:
+            return exc.availability()
         except BitnetError as exc:
             return Availability.no(str(exc))
         except Exception as exc:  # never raise out of a probe

@@ -2,11 +2,13 @@
 
 How a backend is put together (copy this shape):
 
-- class attributes ``name`` / ``family`` / ``device_kind`` / ``priority``:
+- class attributes ``name`` / ``family`` / ``device_kind`` / ``priority`` /
+  ``plugin_api`` describe the plugin (the core keeps no list of backends):
   ``name`` is what ``--device`` and the entry point use; ``family`` the
   device request it answers; ``device_kind`` ``"gpu"`` for a GPU backend;
-  ``priority`` orders auto-selection (lower wins; see
-  ``bitnet_core.hal.provider.PRIORITIES``);
+  ``priority`` orders auto-selection (lower wins: CPU providers use 60-100,
+  GPU backends less); ``plugin_api`` is checked by the registry at load;
+  ``fakeable = True`` lets ``BITNET_GPU_FAKE`` stand in for a GPU family;
 - ``probe`` (``probe.py``) never raises;
 - the memory ops decide what a device array is (here: a host numpy array;
   a GPU backend returns its buffer type and copies in ``to_device``/``to_host``);
@@ -30,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import ShapeError
-from bitnet_core.hal.provider import Availability
+from bitnet_core.hal.provider import PLUGIN_API_VERSION, Availability
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.providers.reference import ReferenceProvider, ReferenceWeight
 
@@ -54,6 +56,8 @@ class TemplateProvider(ReferenceProvider):
     family = "template"
     device_kind = "cpu"  # "gpu" for a GPU backend
     priority = 500  # after cpu-reference (100): never chosen by auto unless you lower it
+    plugin_api = PLUGIN_API_VERSION
+    distribution = "bitnet-template"
 
     def probe(self, explicit: bool = False) -> Availability:
         return _probe(explicit)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, QuantizationError, ShapeError, UnsupportedOperationError
-from ..hal.provider import PRIORITIES, Availability, RopeStyle
+from ..hal.provider import Availability, RopeStyle
 from ..hal.weights import TernaryWeight
 from ..native import cpu_features, load_native
 from .reference import ReferenceProvider
@@ -139,7 +139,7 @@ class NativeCpuProvider(ReferenceProvider):
     name = "cpu-scalar"
     family = "cpu"
     device_kind = "cpu"
-    priority = PRIORITIES["cpu-scalar"]
+    priority = 90
     #: float16 first, as llama.cpp: half the bytes decode reads from the cache each step
     kv_dtypes = ("float16", "float32")
 
@@ -325,25 +325,25 @@ class NativeCpuProvider(ReferenceProvider):
 class CpuAvx512Provider(NativeCpuProvider):
     isa = "avx512"
     name = "cpu-avx512"
-    priority = PRIORITIES["cpu-avx512"]
+    priority = 60
 
 
 class CpuAvx2Provider(NativeCpuProvider):
     isa = "avx2"
     name = "cpu-avx2"
-    priority = PRIORITIES["cpu-avx2"]
+    priority = 70
 
 
 class CpuNeonProvider(NativeCpuProvider):
     isa = "neon"
     name = "cpu-neon"
-    priority = PRIORITIES["cpu-neon"]
+    priority = 75
 
 
 class CpuScalarProvider(NativeCpuProvider):
     isa = "scalar"
     name = "cpu-scalar"
-    priority = PRIORITIES["cpu-scalar"]
+    priority = 90
 
 
 ALL_PROVIDERS = (CpuAvx512Provider, CpuAvx2Provider, CpuNeonProvider, CpuScalarProvider)

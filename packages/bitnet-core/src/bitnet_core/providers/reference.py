@@ -13,7 +13,7 @@ import numpy as np
 
 from .._version import __version__
 from ..errors import ShapeError, UnsupportedOperationError
-from ..hal.provider import PRIORITIES, Availability, RopeStyle
+from ..hal.provider import PLUGIN_API_VERSION, Availability, RopeStyle
 from ..hal.weights import TernaryWeight
 from .host_memory import lazy_zeros
 
@@ -53,7 +53,9 @@ class ReferenceProvider:
     name = "cpu-reference"
     family = "cpu"
     device_kind = "cpu"
-    priority = PRIORITIES["cpu-reference"]
+    priority = 100
+    plugin_api = PLUGIN_API_VERSION
+    distribution = "bitnet-core"
     #: KV cache dtypes kv_store/attention accept, preferred first (the spec: float32)
     kv_dtypes = ("float32", "float16")
     #: host memory from ``empty`` (``lazy_zeros``) is committed only where it is written

@@ -1,0 +1,52 @@
+"""One way for a backend to import its device SDK and report that it is missing.
+
+``import_runtime`` imports the SDK module or raises ``RuntimeUnavailable``
+with the step that failed: ``"import"`` (the Python package is not installed)
+or ``"loader"`` (it is, but its native library, a driver's loader, does not
+load). A probe turns it into its answer with ``exc.availability()``; an op
+that needs the device lets it propagate (a ``DeviceUnavailableError``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from ..errors import DeviceUnavailableError
+from ..hal.provider import Availability
+
+
+class RuntimeUnavailable(DeviceUnavailableError):
+    """A backend's runtime cannot be used; ``step`` says where it stopped (``Availability.step``)."""
+
+    def __init__(self, reason: str, step: str = "device") -> None:
+        super().__init__(reason)
+        self.step = step
+
+    def availability(self) -> Availability:
+        """The probe's answer for this failure."""
+        return Availability.no(str(self), self.step)
+
+
+def import_runtime(module: str, install: str, package: str = "") -> ModuleType:
+    """``import module`` or ``RuntimeUnavailable`` naming the step and how to install it.
+
+    ``install``: the hint (``"pip install pyopencl"``); ``package``: the name
+    the user knows it by (default ``module``). An ``ImportError`` of the module
+    itself is step ``"import"``; any other failure while importing (a missing
+    shared library: ``OSError``, or an ``ImportError`` raised from inside the
+    package) is step ``"loader"``.
+    """
+    package = package or module
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module.split(".")[0] != exc.name.split(".")[0]:
+            raise RuntimeUnavailable(
+                f"{package} failed to load: {type(exc).__name__}: {exc}", "loader"
+            ) from exc
+        raise RuntimeUnavailable(f"{package} is not installed ({install})", "import") from exc
+    except Exception as exc:  # a broken binary wheel, a missing driver library
+        raise RuntimeUnavailable(
+            f"{package} failed to load: {type(exc).__name__}: {exc}", "loader"
+        ) from exc
