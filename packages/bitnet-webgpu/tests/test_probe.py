@@ -7,7 +7,8 @@ import pytest
 
 from bitnet_core.errors import ProviderError
 from bitnet_core.hal import select
-from bitnet_webgpu.provider import WebGPUProvider, pack_webgpu_ternary
+from bitnet_core.sdk.packing import pack_lanes
+from bitnet_webgpu.provider import WebGPUProvider
 
 
 def test_probe_never_raises_and_cpu_adapter_needs_explicit(provider):
@@ -40,7 +41,7 @@ def test_tensor_over_binding_limit_is_refused(provider):
 def test_pack_layout():
     codes = np.zeros((1, 16), np.int8)
     codes[0, 4 * 2 + 3] = 1  # column 11: j=2, i=3 -> bits 8*3 + 2*2 = 28
-    word = int(pack_webgpu_ternary(codes)[0, 0])
+    word = int(pack_lanes(codes, 16)[0, 0])
     assert (word >> 28) & 3 == 2
     assert bin(word).count("1") == 16  # the other 15 codes are 1 (value 0)
 

@@ -54,6 +54,21 @@ class DeviceInfo:
     def describe(self) -> str:
         return f"{self.name} ({self.platform_name}, {self.kind}, OpenCL {self.address})"
 
+    def details(self) -> dict[str, Any]:
+        """What a probe reports of this device."""
+        ext = self.extensions
+        return {
+            "address": self.address,
+            "platform": self.platform_name,
+            "kind": self.kind,
+            "version": self.version_string,
+            "compute_units": self.compute_units,
+            "global_mem": self.global_mem,
+            "fp64": "cl_khr_fp64" in ext,
+            "subgroups": "cl_khr_subgroups" in ext or "cl_intel_subgroups" in ext,
+            "dot8": "cl_khr_integer_dot_product" in ext,
+        }
+
     def unusable_reason(self) -> str:
         """Why this device cannot run bitnet's kernels at all ("" when it can)."""
         if not self.available:

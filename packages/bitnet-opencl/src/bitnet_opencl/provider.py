@@ -27,9 +27,10 @@ from bitnet_core.errors import (
     ShapeError,
     UnsupportedOperationError,
 )
-from bitnet_core.hal.provider import PLUGIN_API_VERSION, Availability, RopeStyle
+from bitnet_core.hal.provider import Availability, RopeStyle
 from bitnet_core.hal.weights import TernaryWeight
-from bitnet_core.sdk.runtime import RuntimeUnavailable
+from bitnet_core.sdk.provider import DeviceProvider
+from bitnet_core.sdk.runtime import RuntimeUnavailable, never_raises
 
 from .buffers import CLArray
 from .device import DeviceInfo, choose_device, discover, import_pyopencl
@@ -88,14 +89,13 @@ def _i32(v: int) -> np.int32:
     return np.int32(v)
 
 
-class OpenCLProvider:
+class OpenCLProvider(DeviceProvider):
     """OpenCL kernels through PyOpenCL on any OpenCL 1.2+ device."""
 
     name = "opencl"
     family = "opencl"
     device_kind = "gpu"
     priority = 30
-    plugin_api = PLUGIN_API_VERSION
     distribution = "bitnet-opencl"
     aliases = ("ocl",)
     fakeable = True
@@ -111,30 +111,16 @@ class OpenCLProvider:
         self._locals: dict[int, Any] = {}
 
     # --- probing and the device ---------------------------------------------
+    @never_raises
     def probe(self, explicit: bool = False) -> Availability:
-        try:
-            found = discover()
-            if not found.devices:
-                return Availability.no(found.reason, found.step)
-            info, reason = choose_device(explicit, request=self._request, discovery=found)
-        except Exception as exc:  # never raise from a probe
-            return Availability.no(f"OpenCL probe failed: {type(exc).__name__}: {exc}")
+        found = discover()
+        if not found.devices:
+            return Availability.no(found.reason, found.step)
+        info, reason = choose_device(explicit, request=self._request, discovery=found)
         if info is None:
             return Availability.no(reason, "device")
         self._choices[explicit] = info
-        ext = info.extensions
-        return Availability.yes(
-            info.describe(),
-            address=info.address,
-            platform=info.platform_name,
-            kind=info.kind,
-            version=info.version_string,
-            compute_units=info.compute_units,
-            global_mem=info.global_mem,
-            fp64="cl_khr_fp64" in ext,
-            subgroups="cl_khr_subgroups" in ext or "cl_intel_subgroups" in ext,
-            dot8="cl_khr_integer_dot_product" in ext,
-        )
+        return Availability.yes(info.describe(), **info.details())
 
     @property
     def runtime(self) -> Runtime:
@@ -172,8 +158,8 @@ class OpenCLProvider:
     def memory_stats(self) -> dict[str, int]:
         pool = self.runtime.pool
         return {
-            "allocations": pool.allocations,
-            "reuses": pool.reuses,
+            "allocations": pool.misses,
+            "reuses": pool.hits,
             "cached_bytes": pool.cached_bytes,
         }
 
@@ -298,9 +284,7 @@ class OpenCLProvider:
             raise UnsupportedOperationError(
                 f"opencl embedding: table must be 2-D float32/float16, got {table.shape} {table.dtype}"
             )
-        v, k = table.shape
-        if ids.size and (ids.min() < 0 or ids.max() >= v):
-            raise ShapeError(f"token id out of range [0, {v})")
+        k = table.shape[1]
         out = self._alloc((ids.size, k))
         if ids.size and k:
             dev_ids = self.to_device(ids.astype(np.int32))
@@ -312,8 +296,6 @@ class OpenCLProvider:
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> CLArray:
         x = self._dev(x, "rmsnorm")
         w = self._dev(weight, "rmsnorm")
-        if x.ndim < 1 or w.shape != (x.shape[-1],):
-            raise ShapeError(f"rmsnorm: weight {w.shape} does not match activations {x.shape}")
         k = x.shape[-1]
         rows = x.size // k if k else 0
         out = self._alloc(x.shape)
@@ -330,8 +312,6 @@ class OpenCLProvider:
     @_op
     def quantize_act(self, x: Any) -> tuple[CLArray, CLArray]:
         x = self._dev(x, "quantize_act")
-        if x.ndim != 2:
-            raise ShapeError(f"quantize_act expects [T, K] activations, got shape {x.shape}")
         t, k = x.shape
         xq = self._alloc((t, k), np.int8)
         xs = self._alloc((t,), np.float32)
@@ -357,11 +337,7 @@ class OpenCLProvider:
         w = self._check_weight(weight, "matmul_i2s")
         xq = self._dev(xq, "matmul_i2s", np.int8)
         xs = self._dev(xscale, "matmul_i2s", np.float32)
-        if xq.ndim != 2 or xq.shape[1] != w.cols:
-            raise ShapeError(f"matmul_i2s: activations {xq.shape} do not match weight {w.shape}")
         t = xq.shape[0]
-        if xs.shape != (t,):
-            raise ShapeError(f"matmul_i2s: scales {xs.shape} do not match activations {xq.shape}")
         n, k = w.rows, w.cols
         out = self._alloc((t, n))
         if not (t and n):
@@ -391,8 +367,6 @@ class OpenCLProvider:
     def matmul_ternary_float(self, x: Any, weight: Any) -> CLArray:
         w = self._check_weight(weight, "matmul_ternary_float")
         x = self._dev(x, "matmul_ternary_float")
-        if x.ndim != 2 or x.shape[1] != w.cols:
-            raise ShapeError(f"matmul: activations {x.shape} do not match weight {w.shape}")
         t, n = x.shape[0], w.rows
         out = self._alloc((t, n))
         if t and n:
@@ -409,8 +383,6 @@ class OpenCLProvider:
             table = self.to_device(np.asarray(table))
         if table.dtype not in (np.float32, np.float16):
             raise UnsupportedOperationError(f"opencl matmul_dense: table dtype {table.dtype}")
-        if x.ndim != 2 or table.ndim != 2 or x.shape[1] != table.shape[1]:
-            raise ShapeError(f"matmul_dense: {x.shape} does not match table {table.shape}")
         t, (n, k) = x.shape[0], table.shape
         out = self._alloc((t, n))
         if t and n:
@@ -461,18 +433,10 @@ class OpenCLProvider:
         self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
     ) -> CLArray:
         x = self._dev(x, "rope")
-        if x.ndim != 3:
-            raise ShapeError(f"rope expects [T, H, D], got shape {x.shape}")
         t, h, d = x.shape
-        if rot_dim > d or rot_dim % 2 or rot_dim < 0:
-            raise ShapeError(f"rope: rot_dim {rot_dim} must be even and <= head dim {d}")
-        if style not in ("neox", "norm"):
-            raise UnsupportedOperationError(f"unknown rope style {style!r}")
         if isinstance(positions, CLArray):
             positions = self.to_host(positions)
         positions = np.asarray(positions).reshape(-1)
-        if positions.size != t:
-            raise ShapeError(f"rope: {positions.size} positions for {t} tokens")
         out = self._alloc(x.shape)
         if x.size:
             cs, pos0 = self._rope_table(positions, theta, max(rot_dim, 2))
@@ -488,8 +452,6 @@ class OpenCLProvider:
             raise UnsupportedOperationError("opencl kv_store: the cache must come from empty()")
         x = self._dev(x, "kv_store", cache.dtype)
         t = x.shape[0] if x.ndim else 0
-        if start < 0 or start + t > cache.shape[0] or x.shape[1:] != cache.shape[1:]:
-            raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
         self._last_quant = None  # the only op that writes into an existing array
         if x.size:
             row = x.nbytes // t
@@ -503,12 +465,8 @@ class OpenCLProvider:
         q = self._dev(q, "attention")
         kc = self._dev(k_cache, "attention")
         vc = self._dev(v_cache, "attention")
-        if q.ndim != 3 or kc.ndim != 3 or vc.shape != kc.shape:
-            raise ShapeError(f"attention: q {q.shape} vs caches {kc.shape} / {vc.shape}")
         t, hq, d = q.shape
         hkv = kc.shape[1]
-        if hkv == 0 or hq % hkv or kc.shape[2] != d or start < 0 or start + t > kc.shape[0]:
-            raise ShapeError(f"attention: q {q.shape} vs cache {kc.shape} at {start}")
         out = self._alloc(q.shape)
         if not q.size:
             return out
@@ -550,10 +508,10 @@ class OpenCLProvider:
     def _binary(self, name: str, a: Any, b: Any, broadcast: bool) -> CLArray:
         a = self._dev(a, name)
         b = self._dev(b, name)
-        if a.shape != b.shape:
-            trailing = b.ndim <= a.ndim and a.shape[a.ndim - b.ndim :] == b.shape
-            if not (broadcast and trailing):
-                raise ShapeError(f"{name}: shapes {a.shape} and {b.shape} do not match")
+        if a.shape != b.shape and a.shape[a.ndim - b.ndim :] != b.shape:
+            raise UnsupportedOperationError(
+                f"opencl {name}: {b.shape} must broadcast over {a.shape}"
+            )
         out = self._alloc(a.shape)
         if a.size:
             extra = (_i32(b.size),) if broadcast else ()
@@ -585,11 +543,3 @@ class OpenCLProvider:
     def mul(self, a: Any, b: Any) -> CLArray:
         """``a * b``; ``b`` may broadcast over ``a``'s leading dimensions."""
         return self._binary("mul", a, b, broadcast=True)
-
-    def quantize(self, x: Any, qtype: str) -> Any:
-        """Quantize float weights to a packed ternary format on the host (``bitnet_core.formats``)."""
-        from bitnet_core.providers.reference import ReferenceProvider
-
-        if isinstance(x, CLArray):
-            x = self.to_host(x)
-        return ReferenceProvider().quantize(np.asarray(x, dtype=np.float32), qtype)

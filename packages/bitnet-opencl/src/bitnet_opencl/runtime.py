@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 from bitnet_core.errors import ConfigError
+from bitnet_core.hal.switches import env_int
 
 from .buffers import DEFAULT_POOL_LIMIT, BufferPool
 from .device import DeviceInfo
@@ -17,16 +18,7 @@ ENV_GEMV = "BITNET_OPENCL_GEMV"
 
 
 def _pool_limit() -> int:
-    raw = os.environ.get(ENV_POOL_MB, "").strip()
-    if not raw:
-        return DEFAULT_POOL_LIMIT
-    try:
-        mb = int(raw)
-    except ValueError:
-        raise ConfigError(f"{ENV_POOL_MB}={raw!r} is not a whole number of MiB") from None
-    if mb < 0:
-        raise ConfigError(f"{ENV_POOL_MB}={raw!r} must be >= 0")
-    return mb << 20
+    return env_int(ENV_POOL_MB, DEFAULT_POOL_LIMIT >> 20) << 20
 
 
 def pow2_floor(n: int) -> int:

@@ -47,6 +47,14 @@ class DeviceInfo:
         major, minor, patch = self.api_version
         return f"{self.name} ({self.type}, Vulkan {major}.{minor}.{patch})"
 
+    def details(self) -> dict[str, Any]:
+        """What a probe reports of this device."""
+        return {
+            "device_index": self.index,
+            "device_type": self.type,
+            "unified_memory": self.unified_memory,
+        }
+
 
 def choose(devices: list[DeviceInfo], explicit: bool, env: str | None = None) -> DeviceInfo:
     """The device to use, or ``LookupError`` with the reason none fits."""

@@ -16,14 +16,16 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import (
-    BitnetError,
     ProviderError,
     ShapeError,
     UnsupportedOperationError,
 )
-from bitnet_core.hal.provider import PLUGIN_API_VERSION, Availability, RopeStyle
+from bitnet_core.hal.provider import Availability, RopeStyle
 from bitnet_core.hal.weights import TernaryWeight
-from bitnet_core.sdk.runtime import RuntimeUnavailable
+from bitnet_core.sdk.elementwise import ELEMENTWISE_OPS, ElementwiseOps
+from bitnet_core.sdk.packing import PACKINGS
+from bitnet_core.sdk.provider import DeviceProvider
+from bitnet_core.sdk.runtime import never_raises
 
 from . import vkapi
 from ._version import __version__
@@ -44,21 +46,19 @@ ELEMENTWISE_WG = 256
 #: CPU devices (lavapipe) pay per workgroup: a few large ones, each looping, run faster.
 CPU_DEVICE_GROUPS = int(os.environ.get("BITNET_VULKAN_CPU_GROUPS", "64"))
 ATTENTION_SLOTS = 4  # MAX_SLOTS in attention.comp
-ELEMENTWISE_OPS = {"silu": 0, "relu2": 1, "silu_mul": 2, "relu2_mul": 3, "add": 4, "mul": 5}
 
 
 def _pow2_at_least(n: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, 1 << max(int(n) - 1, 0).bit_length()))
 
 
-class VulkanProvider:
+class VulkanProvider(ElementwiseOps, DeviceProvider):
     """Ternary BitNet kernels on one Vulkan device."""
 
     name = "vulkan"
     family = "vulkan"
     device_kind = "gpu"
     priority = 40
-    plugin_api = PLUGIN_API_VERSION
     distribution = "bitnet-vulkan"
     fakeable = True
 
@@ -71,39 +71,29 @@ class VulkanProvider:
         self._quant_memo: tuple | None = None  # (x, epoch, xq, xs) of the last linear
 
     # --- probe and lifetime -----------------------------------------------------
+    @never_raises
     def probe(self, explicit: bool = False) -> Availability:
-        """Shaders built, loader loads, instance, a device with a compute queue; never raises."""
+        """Shaders built, loader loads, instance, a device with a compute queue."""
         try:
             spirv_modules()
         except ProviderError as exc:
             return Availability.no(str(exc), step="kernels")
-        try:
-            vkapi.load()
-        except RuntimeUnavailable as exc:
-            return exc.availability()
-        try:
-            with self._lock:
-                if self._ctx is None:
-                    self._ctx = self._create(explicit)
-                    self._explicit = explicit
-                ctx = self._ctx
-                if not explicit and ctx.info.is_cpu and not os.environ.get(ENV_DEVICE):
-                    return Availability.no(
-                        f"only a CPU Vulkan device ({ctx.info.describe()}); ask for it with "
-                        f"--device vulkan or {ENV_DEVICE}={ctx.info.index}",
-                        step="device",
-                    )
-        except BitnetError as exc:
-            return Availability.no(str(exc), step=getattr(exc, "step", "device"))
-        except Exception as exc:  # a probe must never raise
-            return Availability.no(f"{type(exc).__name__}: {exc}", step="device")
+        vkapi.load()
+        with self._lock:
+            if self._ctx is None:
+                self._ctx = self._create(explicit)
+                self._explicit = explicit
+            ctx = self._ctx
         info = ctx.info
+        if not explicit and info.is_cpu and not os.environ.get(ENV_DEVICE):
+            return Availability.no(
+                f"only a CPU Vulkan device ({info.describe()}); ask for it with "
+                f"--device vulkan or {ENV_DEVICE}={info.index}",
+            )
         return Availability.yes(
             info.describe(),
-            device_index=info.index,
-            device_type=info.type,
+            **info.details(),
             integer_dot_product=ctx.use_int_dot,
-            unified_memory=info.unified_memory,
             bitnet_vulkan=__version__,
         )
 
@@ -257,20 +247,11 @@ class VulkanProvider:
         ).reshape(shape)
 
     def load_ternary(self, weight: TernaryWeight) -> VulkanWeight:
-        """Upload as 2-bit codes (16 a uint32 word, rows padded with zero codes) and scales."""
+        """Upload in the SDK's ``"i2_rows"`` layout (16 codes a uint32 word) and scales."""
         rows, cols = int(weight.rows), int(weight.cols)
         codes, scales = weight.unpack()
-        from bitnet_core.hal.weights import pack_i2
-
-        packed = pack_i2(codes)  # [rows, ceil(cols / 4)] bytes
-        words = max(1, -(-cols // 16))
-        padded = np.full((rows, 4 * words), 0x55, dtype=np.uint8)  # 0x55: four zero codes
-        padded[:, : packed.shape[1]] = packed
-        tail = cols % 4
-        if tail:  # the last byte's unused codes: zero too
-            last = padded[:, packed.shape[1] - 1]
-            keep = (1 << (2 * tail)) - 1
-            padded[:, packed.shape[1] - 1] = (last & keep) | (0x55 & ~keep & 0xFF)
+        padded = PACKINGS["i2_rows"].pack(codes)
+        words = padded.shape[1] // 4
         stream = self.stream
         wbuf = stream.allocate_exact(padded.nbytes)
         stream.upload(wbuf, padded)
@@ -284,9 +265,7 @@ class VulkanProvider:
     def embedding(self, table: Any, ids: np.ndarray) -> VulkanArray:
         table = self._table(table, "embedding")
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        vocab, cols = table.shape
-        if ids.size and (ids.min() < 0 or ids.max() >= vocab):
-            raise ShapeError(f"token id out of range [0, {vocab})")
+        cols = table.shape[1]
         out = self._new((ids.size, cols))
         if out.size == 0:
             return out
@@ -304,9 +283,7 @@ class VulkanProvider:
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> VulkanArray:
         x = self._dev(x, "rmsnorm")
         weight = self._dev(weight, "rmsnorm")
-        cols = x.shape[-1] if x.ndim else 1
-        if weight.size != cols:
-            raise ShapeError(f"rmsnorm: weight {weight.shape} does not match {x.shape}")
+        cols = x.shape[-1]
         rows = x.size // cols if cols else 0
         out = self._new(x.shape)
         if rows == 0 or cols == 0:
@@ -317,8 +294,6 @@ class VulkanProvider:
 
     def quantize_act(self, x: Any) -> tuple[VulkanArray, VulkanArray]:
         x = self._dev(x, "quantize_act")
-        if x.ndim != 2:
-            raise ShapeError(f"quantize_act expects [T, K] activations, got shape {x.shape}")
         rows, cols = x.shape
         xq = self._new((rows, cols), np.int8)
         xs = self._new((rows,), np.float32)
@@ -372,13 +347,7 @@ class VulkanProvider:
             raise ShapeError("matmul_i2s: weight must come from load_ternary")
         xq = self._dev(xq, "matmul_i2s", np.int8)
         xscale = self._dev(xscale, "matmul_i2s")
-        if xq.ndim != 2 or xq.shape[1] != weight.cols:
-            raise ShapeError(
-                f"matmul_i2s: activations {xq.shape} do not match weight {weight.shape}"
-            )
         tokens = xq.shape[0]
-        if xscale.size != tokens:
-            raise ShapeError(f"matmul_i2s: {xscale.size} scales for {tokens} tokens")
         out = self._new((tokens, weight.rows))
         if out.size == 0:
             return out
@@ -409,8 +378,6 @@ class VulkanProvider:
         if not isinstance(weight, VulkanWeight):
             raise ShapeError("matmul_ternary_float: weight must come from load_ternary")
         x = self._dev(x, "matmul_ternary_float")
-        if x.ndim != 2 or x.shape[1] != weight.cols:
-            raise ShapeError(f"matmul: activations {x.shape} do not match weight {weight.shape}")
         tokens = x.shape[0]
         out = self._new((tokens, weight.rows))
         if out.size == 0:
@@ -427,8 +394,6 @@ class VulkanProvider:
     def matmul_dense(self, x: Any, table: Any) -> VulkanArray:
         x = self._dev(x, "matmul_dense")
         table = self._table(table, "matmul_dense")
-        if x.ndim != 2 or x.shape[1] != table.shape[1]:
-            raise ShapeError(f"matmul_dense: {x.shape} does not match table {table.shape}")
         tokens, n = x.shape[0], table.shape[0]
         out = self._new((tokens, n))
         if out.size == 0:
@@ -445,16 +410,8 @@ class VulkanProvider:
         self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
     ) -> VulkanArray:
         x = self._dev(x, "rope")
-        if x.ndim != 3:
-            raise ShapeError(f"rope expects [T, H, D], got shape {x.shape}")
-        t, h, d = x.shape
-        if rot_dim > d or rot_dim % 2:
-            raise ShapeError(f"rope: rot_dim {rot_dim} must be even and <= head dim {d}")
-        if style not in ("neox", "norm"):
-            raise UnsupportedOperationError(f"unknown rope style {style!r}")
+        h, d = x.shape[1:]
         positions = np.asarray(positions, dtype=np.float64).reshape(-1)
-        if positions.size != t:
-            raise ShapeError(f"rope: {positions.size} positions for {t} tokens")
         out = self._new(x.shape)
         if x.size == 0:
             return out
@@ -490,8 +447,6 @@ class VulkanProvider:
         if self._quant_memo is not None and self._quant_memo[0].buffer is cache.buffer:
             self._quant_memo = None  # the array it quantized changes
         t = x.shape[0] if x.ndim else 0
-        if start < 0 or start + t > cache.shape[0] or x.shape[1:] != cache.shape[1:]:
-            raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
         row = int(math.prod(cache.shape[1:]))
         if cache.dtype.itemsize != 4:  # 32-bit caches go through the shader (replayable)
             nbytes = row * cache.dtype.itemsize
@@ -521,18 +476,8 @@ class VulkanProvider:
         q = self._dev(q, "attention")
         k_cache = self._dev(k_cache, "attention")
         v_cache = self._dev(v_cache, "attention")
-        if q.ndim != 3 or k_cache.ndim != 3 or v_cache.shape != k_cache.shape:
-            raise ShapeError(f"attention: q {q.shape} vs caches {k_cache.shape}/{v_cache.shape}")
         t, hq, d = q.shape
         hkv = k_cache.shape[1]
-        if (
-            hkv == 0
-            or hq % hkv
-            or k_cache.shape[2] != d
-            or start < 0
-            or start + t > k_cache.shape[0]
-        ):
-            raise ShapeError(f"attention: q {q.shape} vs cache {k_cache.shape} at {start}")
         out = self._new(q.shape)
         if q.size == 0:
             return out
@@ -585,27 +530,3 @@ class VulkanProvider:
             (ELEMENTWISE_WG, ELEMENTWISE_OPS[op]),
         )
         return out
-
-    def silu(self, x: Any) -> VulkanArray:
-        return self._elementwise("silu", x)
-
-    def relu2(self, x: Any) -> VulkanArray:
-        return self._elementwise("relu2", x)
-
-    def silu_mul(self, gate: Any, up: Any) -> VulkanArray:
-        return self._elementwise("silu_mul", gate, up)
-
-    def relu2_mul(self, gate: Any, up: Any) -> VulkanArray:
-        return self._elementwise("relu2_mul", gate, up)
-
-    def add(self, a: Any, b: Any) -> VulkanArray:
-        return self._elementwise("add", a, b)
-
-    def mul(self, a: Any, b: Any) -> VulkanArray:
-        return self._elementwise("mul", a, b)
-
-    def quantize(self, x: np.ndarray, qtype: str) -> Any:
-        """Quantize float weights to a packed ternary format on the host (``bitnet_core.formats``)."""
-        from bitnet_core.providers.reference import ReferenceProvider
-
-        return ReferenceProvider().quantize(x, qtype)

@@ -29,6 +29,7 @@ import numpy as np
 
 from bitnet_core.errors import DeviceUnavailableError, ProviderError
 from bitnet_core.hal.switches import env_enabled
+from bitnet_core.sdk.pool import FreeLists
 from bitnet_core.sdk.runtime import import_runtime
 
 from .shaders import preprocess, shader_source
@@ -113,10 +114,10 @@ class PooledBuffer:
     def __del__(self) -> None:
         pool = self._pool()
         if pool is not None:
-            pool.give(self.raw, self.nbytes)
+            pool.release(self.raw, self.nbytes)
 
 
-class BufferPool:
+class BufferPool(FreeLists):
     """Storage buffers reused by size once no array holds them (as CuPy's memory pool).
 
     Every write into a pooled buffer is a recorded command (a dispatch, or a copy
@@ -128,27 +129,17 @@ class BufferPool:
     """
 
     def __init__(self, create: Any, forget: Any) -> None:
+        super().__init__(POOL_MAX_CACHED_BYTES, POOL_MAX_BUFFER_BYTES)  # keyed by exact size
         self._create = create
         self._forget = forget
-        self._free: dict[int, list[Any]] = {}
-        self.cached_bytes = 0
-        self.hits = self.misses = 0
 
-    def take(self, nbytes: int) -> PooledBuffer:
-        free = self._free.get(nbytes)
-        if free:
-            self.hits += 1
-            self.cached_bytes -= nbytes
-            return PooledBuffer(free.pop(), nbytes, self)
-        self.misses += 1
-        return PooledBuffer(self._create(nbytes), nbytes, self)
+    def acquire(self, nbytes: int) -> PooledBuffer:
+        raw = self.take(nbytes)
+        return PooledBuffer(self._create(nbytes) if raw is None else raw, nbytes, self)
 
-    def give(self, raw: Any, nbytes: int) -> None:
-        if nbytes <= POOL_MAX_BUFFER_BYTES and self.cached_bytes + nbytes <= POOL_MAX_CACHED_BYTES:
-            self._free.setdefault(nbytes, []).append(raw)
-            self.cached_bytes += nbytes
-        else:
-            self._forget(raw)  # its bind groups go; the buffer is released with them
+    def release(self, raw: Any, nbytes: int) -> None:
+        for dropped in self.give(nbytes, raw, nbytes):
+            self._forget(dropped)  # its bind groups go; the buffer is released with them
 
 
 def _raw(buf: Any) -> Any:
@@ -228,7 +219,7 @@ class Device:
         """A storage buffer for GPU commands to write (from the pool when reuse is on)."""
         nbytes = max(16, (nbytes + 15) // 16 * 16)
         self.check_size(nbytes, what)
-        return self.pool.take(nbytes) if self.reuse else self._create_buffer(nbytes)
+        return self.pool.acquire(nbytes) if self.reuse else self._create_buffer(nbytes)
 
     def upload(self, data: np.ndarray, what: str = "array") -> Any:
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
@@ -240,7 +231,7 @@ class Device:
                 self.flush()
             off, self._staged = self._staged, self._staged + raw.size
             self._stage_host[off : off + raw.size] = raw
-            buf = self.pool.take(raw.size)
+            buf = self.pool.acquire(raw.size)
             self.copy(self._stage, off, buf, 0, raw.size)  # written in order with the ops
             return buf
         buf = self._create_buffer(raw.size)  # fresh: the write lands before pending commands

@@ -14,16 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from bitnet_core.errors import BitnetError, ShapeError, UnsupportedOperationError
-from bitnet_core.hal.provider import PLUGIN_API_VERSION, Availability, RopeStyle
+from bitnet_core.errors import ShapeError, UnsupportedOperationError
+from bitnet_core.hal.provider import Availability, RopeStyle
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.providers.reference import ReferenceProvider
-from bitnet_core.sdk.runtime import RuntimeUnavailable
+from bitnet_core.sdk.elementwise import ELEMENTWISE_OPS, ElementwiseOps
+from bitnet_core.sdk.packing import PACKINGS
+from bitnet_core.sdk.runtime import never_raises
 
 from .device import Device, choose_adapter, import_wgpu
 
 TT = 4  # tokens per workgroup in the matmul shaders
-ELEMENTWISE_OPS = {"silu": 0, "relu2": 1, "silu_mul": 2, "relu2_mul": 3, "add": 4, "mul": 5}
 
 
 @dataclass(eq=False)
@@ -58,25 +59,13 @@ class GpuTernary:
     host: TernaryWeight
 
 
-def pack_webgpu_ternary(codes: np.ndarray) -> np.ndarray:
-    """int8 codes [rows, cols] -> u32 [rows, ceil(cols/16)]: col 16w+4j+i at bits 8i+2j."""
-    rows, cols = codes.shape
-    kw16 = max(1, -(-cols // 16))
-    c = np.ones((rows, kw16 * 16), dtype=np.uint32)  # code 1 = value 0 in the padding
-    c[:, :cols] = codes.astype(np.int32) + 1
-    c = c.reshape(rows, kw16, 4, 4)  # [.., j, i]
-    shifts = (8 * np.arange(4)[None, :] + 2 * np.arange(4)[:, None]).astype(np.uint32)  # [j, i]
-    return np.bitwise_or.reduce(c << shifts, axis=(2, 3)).astype(np.uint32)
-
-
-class WebGPUProvider(ReferenceProvider):
+class WebGPUProvider(ElementwiseOps, ReferenceProvider):
     """Runs BitNet ops through wgpu (Vulkan, Metal or D3D12; lavapipe when asked)."""
 
     name = "webgpu"
     family = "webgpu"
     device_kind = "gpu"
     priority = 50
-    plugin_api = PLUGIN_API_VERSION
     distribution = "bitnet-webgpu"
     aliases = ("wgpu",)
     fakeable = True
@@ -90,16 +79,10 @@ class WebGPUProvider(ReferenceProvider):
         self._explicit = False
 
     # --- probe and device ---------------------------------------------------------
+    @never_raises
     def probe(self, explicit: bool = False) -> Availability:
-        try:
-            wgpu = import_wgpu()
-            choice = choose_adapter(explicit)
-        except RuntimeUnavailable as exc:
-            return exc.availability()
-        except BitnetError as exc:
-            return Availability.no(str(exc))
-        except Exception as exc:  # never raise out of a probe
-            return Availability.no(f"wgpu adapter query failed: {exc}")
+        wgpu = import_wgpu()
+        choice = choose_adapter(explicit)
         self._explicit = self._explicit or explicit
         lim = choice.adapter.limits
         return Availability.yes(
@@ -183,7 +166,7 @@ class WebGPUProvider(ReferenceProvider):
 
     def load_ternary(self, weight: TernaryWeight) -> GpuTernary:
         codes, scales = weight.unpack()
-        words = pack_webgpu_ternary(codes)
+        words = PACKINGS["i2_lanes"].pack(codes)  # rows padded to 16 columns
         return GpuTernary(
             words=self.dev.upload(words, f"ternary weight {weight.name}"),
             scales=self.dev.upload(scales.astype(np.float32), "weight scales"),
@@ -208,9 +191,7 @@ class WebGPUProvider(ReferenceProvider):
     # --- ops ------------------------------------------------------------------------
     def embedding(self, table: GpuArray, ids: np.ndarray) -> GpuArray:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        rows, d = table.shape
-        if ids.size and (ids.min() < 0 or ids.max() >= rows):
-            raise ShapeError(f"token id out of range [0, {rows})")
+        d = table.shape[1]
         out = self._new((ids.size, d))
         if ids.size == 0:
             return out
@@ -227,8 +208,6 @@ class WebGPUProvider(ReferenceProvider):
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> GpuArray:
         x, g = self._f32(x), self._f32(weight)
         d = x.shape[-1]
-        if g.size != d:
-            raise ShapeError(f"rmsnorm: weight of {g.size} for rows of {d}")
         rows = x.size // d
         out = self._new(x.shape)
         params = np.zeros(4, dtype=np.uint32)
@@ -240,8 +219,6 @@ class WebGPUProvider(ReferenceProvider):
 
     def quantize_act(self, x: Any) -> tuple[GpuArray, GpuArray]:
         x = self._f32(x)
-        if len(x.shape) != 2:
-            raise ShapeError(f"quantize_act expects [T, K] activations, got shape {x.shape}")
         t, k = x.shape
         kw = max(1, -(-k // 16)) * 4
         xq = GpuArray(self.dev.buffer(t * kw * 4, "int8 activations"), (t, k), "q8", row_words=kw)
@@ -257,11 +234,7 @@ class WebGPUProvider(ReferenceProvider):
         if not isinstance(xq, GpuArray) or xq.kind != "q8":
             xq = self._upload_q8(np.asarray(xq, dtype=np.int8))
         xs = self._f32(xscale)
-        t, k = xq.shape
-        if k != weight.cols:
-            raise ShapeError(
-                f"matmul_i2s: activations {xq.shape} do not match weight ({weight.rows}, {weight.cols})"
-            )
+        t = xq.shape[0]
         out = self._new((t, weight.rows))
         if t and weight.rows:
             groups, defines = self._matmul_groups(weight.rows, t)
@@ -300,8 +273,6 @@ class WebGPUProvider(ReferenceProvider):
     def matmul_dense(self, x: Any, table: Any) -> GpuArray:
         x = self._f32(x)
         table = table if isinstance(table, GpuArray) else self.to_device(np.asarray(table))
-        if len(x.shape) != 2 or len(table.shape) != 2 or x.shape[1] != table.shape[1]:
-            raise ShapeError(f"matmul_dense: {x.shape} does not match table {table.shape}")
         t, k = x.shape
         n = table.shape[0]
         out = self._new((t, n))
@@ -319,13 +290,7 @@ class WebGPUProvider(ReferenceProvider):
         self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
     ) -> GpuArray:
         x = self._f32(x)
-        if len(x.shape) != 3:
-            raise ShapeError(f"rope expects [T, H, D], got shape {x.shape}")
         t, h, d = x.shape
-        if rot_dim > d or rot_dim % 2:
-            raise ShapeError(f"rope: rot_dim {rot_dim} must be even and <= head dim {d}")
-        if style not in ("neox", "norm"):
-            raise UnsupportedOperationError(f"unknown rope style {style!r}")
         out = self._new(x.shape)
         if x.size:
             pos = self.dev.upload(np.asarray(positions, dtype=np.int32).reshape(-1), "positions")
@@ -338,8 +303,6 @@ class WebGPUProvider(ReferenceProvider):
     def kv_store(self, cache: GpuArray, x: Any, start: int) -> None:
         x = self._f32(x)
         t = x.shape[0]
-        if start < 0 or start + t > cache.shape[0] or tuple(x.shape[1:]) != tuple(cache.shape[1:]):
-            raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
         row = math.prod(cache.shape[1:]) * 4
         if t:
             self.dev.copy(x.buffer, 0, cache.buffer, start * row, t * row)
@@ -348,8 +311,6 @@ class WebGPUProvider(ReferenceProvider):
         q = self._f32(q)
         t, hq, d = q.shape
         hkv = k_cache.shape[1]
-        if hq % hkv or k_cache.shape[2] != d or start + t > k_cache.shape[0]:
-            raise ShapeError(f"attention: q {q.shape} vs cache {k_cache.shape} at {start}")
         out = self._new(q.shape)
         if t:
             # rows of the scores scratch as long as the cache, not the position: the same
@@ -366,8 +327,10 @@ class WebGPUProvider(ReferenceProvider):
     def _elementwise(self, op: str, a: Any, b: Any = None) -> GpuArray:
         a = self._f32(a)
         bb = self._f32(b) if b is not None else a
-        if b is not None and bb.shape != a.shape:
-            raise ShapeError(f"{op}: shapes {a.shape} and {bb.shape} differ")
+        if bb.shape != a.shape:
+            raise UnsupportedOperationError(
+                f"webgpu {op}: broadcasting {bb.shape} is not supported"
+            )
         out = self._new(a.shape)
         n = a.size
         if n:
@@ -378,21 +341,3 @@ class WebGPUProvider(ReferenceProvider):
                 "elementwise", params, [a.buffer, bb.buffer, out.buffer], (gx, -(-groups // gx), 1)
             )
         return out
-
-    def silu(self, x: Any) -> GpuArray:
-        return self._elementwise("silu", x)
-
-    def relu2(self, x: Any) -> GpuArray:
-        return self._elementwise("relu2", x)
-
-    def silu_mul(self, gate: Any, up: Any) -> GpuArray:
-        return self._elementwise("silu_mul", gate, up)
-
-    def relu2_mul(self, gate: Any, up: Any) -> GpuArray:
-        return self._elementwise("relu2_mul", gate, up)
-
-    def add(self, a: Any, b: Any) -> GpuArray:
-        return self._elementwise("add", a, b)
-
-    def mul(self, a: Any, b: Any) -> GpuArray:
-        return self._elementwise("mul", a, b)

@@ -70,6 +70,8 @@ RopeStyle = Literal["neox", "norm"]
 PLUGIN_API_VERSION = 1
 
 #: The ops of the protocol: seed 003's kernel inventory plus what a whole model needs.
+#: A provider may lack compute ops: they then run on the host (``placement.py``).
+#: Quantizing float weights to a ternary format is host work (``bitnet_core.formats``).
 KERNEL_INVENTORY: tuple[str, ...] = (
     "to_device",
     "to_host",
@@ -92,7 +94,6 @@ KERNEL_INVENTORY: tuple[str, ...] = (
     "relu2_mul",
     "add",
     "mul",
-    "quantize",
 )
 
 #: Members a provider may have; see the module docstring.
@@ -188,4 +189,3 @@ class KernelProvider(Protocol):
     def relu2_mul(self, gate: Any, up: Any) -> Any: ...
     def add(self, a: Any, b: Any) -> Any: ...
     def mul(self, a: Any, b: Any) -> Any: ...
-    def quantize(self, x: np.ndarray, qtype: str) -> Any: ...

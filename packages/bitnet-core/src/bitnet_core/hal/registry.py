@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
+from .placement import missing_required, place
 from .provider import PLUGIN_API_VERSION, Availability, KernelProvider
 
 ENTRY_POINT_GROUP = "bitnet.providers"
@@ -130,6 +131,14 @@ def _record(provider: Any, ep: EntryPoint) -> ProviderRecord:
             f"speaks {PLUGIN_API_VERSION} (install matching versions)",
             provider,
         )
+    lacking = missing_required(provider)
+    if lacking:
+        return _broken(
+            ep,
+            f"{type(provider).__name__} lacks the memory ops {', '.join(lacking)} "
+            "(only compute ops can run on the host)",
+            provider,
+        )
     return ProviderRecord(
         name=str(provider.name),
         family=str(provider.family),
@@ -182,6 +191,10 @@ class Registry:
                 found[rec.name] = rec
         if BUILTIN.name not in found:
             found[BUILTIN.name] = _load_entry_point(BUILTIN)[0]
+        host = found[BUILTIN.name].provider
+        for rec in found.values():  # partial providers: their missing ops run on the host
+            if rec.provider is not None and rec.provider is not host:
+                rec.provider = place(rec.provider, host)
         fakeable = {r.family: r.priority for r in found.values() if r.fakeable}
         for fake in FAKES.load()(os.environ.get("BITNET_GPU_FAKE", ""), fakeable):
             rec = _record(fake, FAKES)

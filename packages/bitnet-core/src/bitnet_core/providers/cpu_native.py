@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import ConfigError, QuantizationError, ShapeError, UnsupportedOperationError
 from ..hal.provider import Availability, RopeStyle
+from ..hal.switches import env_int
 from ..hal.weights import TernaryWeight
 from ..native import cpu_features, load_native
 from .reference import ReferenceProvider
@@ -51,16 +52,7 @@ REQUIRED_FEATURES: dict[str, tuple[str, ...]] = {
 
 def threads_from_env() -> int:
     """``BITNET_THREADS`` if set (a positive integer), else 0 (= all usable CPUs)."""
-    raw = os.environ.get("BITNET_THREADS", "").strip()
-    if not raw:
-        return 0
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ConfigError(f"BITNET_THREADS must be a positive integer, got {raw!r}") from None
-    if n < 1:
-        raise ConfigError(f"BITNET_THREADS must be a positive integer, got {raw!r}")
-    return n
+    return env_int("BITNET_THREADS", 0, minimum=1)
 
 
 def layout_from_env() -> str:
@@ -305,8 +297,6 @@ class NativeCpuProvider(ReferenceProvider):
         style: RopeStyle,
         rot_dim: int,
     ) -> np.ndarray:
-        if style not in ("neox", "norm"):
-            raise UnsupportedOperationError(f"unknown rope style {style!r}")
         pos = np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
         return self._run("rope", _f32(x), pos, float(theta), style, int(rot_dim))
 

@@ -9,10 +9,13 @@ that needs the device lets it propagate (a ``DeviceUnavailableError``).
 
 from __future__ import annotations
 
+import functools
 import importlib
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
-from ..errors import DeviceUnavailableError
+from ..errors import BitnetError, DeviceUnavailableError
 from ..hal.provider import Availability
 
 
@@ -50,3 +53,26 @@ def import_runtime(module: str, install: str, package: str = "") -> ModuleType:
         raise RuntimeUnavailable(
             f"{package} failed to load: {type(exc).__name__}: {exc}", "loader"
         ) from exc
+
+
+def never_raises(probe: Callable[..., Availability]) -> Callable[..., Availability]:
+    """Wrap a provider's ``probe`` so that it answers instead of raising.
+
+    ``RuntimeUnavailable`` becomes its own answer; another ``BitnetError`` an
+    unavailable answer at its ``step`` (default ``"device"``); anything else
+    ``"<family> probe failed: <error>"``.
+    """
+
+    @functools.wraps(probe)
+    def guarded(self: Any, explicit: bool = False) -> Availability:
+        try:
+            return probe(self, explicit)
+        except RuntimeUnavailable as exc:
+            return exc.availability()
+        except BitnetError as exc:
+            return Availability.no(str(exc), getattr(exc, "step", "device"))
+        except Exception as exc:  # a probe must never raise
+            family = getattr(self, "family", "device")
+            return Availability.no(f"{family} probe failed: {type(exc).__name__}: {exc}")
+
+    return guarded
