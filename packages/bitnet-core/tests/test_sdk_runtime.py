@@ -48,3 +48,16 @@ def test_a_package_missing_its_own_dependency_is_step_loader(modules):
 def test_an_importable_runtime_is_returned(modules):
     (modules / "bitnet_fake_sdk_ok.py").write_text("VALUE = 7\n")
     assert import_runtime("bitnet_fake_sdk_ok", "pip install x").VALUE == 7
+
+
+def test_one_device_variable_scheme_with_deprecated_names(monkeypatch, caplog):
+    from bitnet_core.sdk.runtime import device_choice, device_variable
+
+    assert device_variable("level-zero") == "BITNET_LEVEL_ZERO_DEVICE"
+    monkeypatch.delenv("BITNET_XPU_DEVICE", raising=False)
+    monkeypatch.setenv("BITNET_XPU_OLD", "2")
+    assert device_choice("xpu") == ""
+    assert device_choice("xpu", deprecated=("BITNET_XPU_OLD",)) == "2"
+    assert "BITNET_XPU_OLD is deprecated; set BITNET_XPU_DEVICE=2" in caplog.text
+    monkeypatch.setenv("BITNET_XPU_DEVICE", "1")
+    assert device_choice("xpu", deprecated=("BITNET_XPU_OLD",)) == "1"  # the new name wins

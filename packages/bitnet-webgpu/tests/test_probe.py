@@ -21,10 +21,10 @@ def test_probe_never_raises_and_cpu_adapter_needs_explicit(provider):
 
 
 def test_bad_adapter_index_is_reason(monkeypatch):
-    monkeypatch.setenv("BITNET_WEBGPU_ADAPTER", "99")
+    monkeypatch.setenv("BITNET_WEBGPU_DEVICE", "99")
     avail = WebGPUProvider().probe(explicit=True)
     assert not avail.available
-    assert "BITNET_WEBGPU_ADAPTER" in avail.reason
+    assert "BITNET_WEBGPU_DEVICE" in avail.reason
 
 
 def test_selected_by_name(provider):
@@ -86,3 +86,16 @@ def test_kernel_variants_match(monkeypatch, env, value):
             rtol=1e-4,
             atol=1e-4,
         )
+
+
+@pytest.mark.parametrize("name", ["BITNET_WEBGPU_DEVICE", "BITNET_WEBGPU_ADAPTER"])
+def test_device_variable_and_its_deprecated_old_name(monkeypatch, caplog, name):
+    from bitnet_core.errors import DeviceUnavailableError
+    from bitnet_webgpu.device import choose_adapter
+
+    monkeypatch.delenv("BITNET_WEBGPU_DEVICE", raising=False)
+    monkeypatch.delenv("BITNET_WEBGPU_ADAPTER", raising=False)
+    monkeypatch.setenv(name, "99")
+    with pytest.raises(DeviceUnavailableError, match="BITNET_WEBGPU_DEVICE='99'"):
+        choose_adapter(explicit=True)
+    assert ("deprecated" in caplog.text) == (name == "BITNET_WEBGPU_ADAPTER")

@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from bitnet_core.sdk.runtime import RuntimeUnavailable, import_runtime
+from bitnet_core.sdk.runtime import RuntimeUnavailable, device_variable, import_runtime
 
-ENV_DEVICE = "BITNET_OPENCL_DEVICE"
+ENV_DEVICE = device_variable("opencl")
 MIN_VERSION = (1, 2)
 
 

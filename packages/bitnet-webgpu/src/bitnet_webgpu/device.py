@@ -30,9 +30,11 @@ import numpy as np
 from bitnet_core.errors import DeviceUnavailableError, ProviderError
 from bitnet_core.hal.switches import env_enabled
 from bitnet_core.sdk.pool import FreeLists
-from bitnet_core.sdk.runtime import import_runtime
+from bitnet_core.sdk.runtime import device_choice, device_variable, import_runtime
 
 from .shaders import preprocess, shader_source
+
+ENV_DEVICE = device_variable("webgpu")
 
 PARAM_SLOT = 256  # bytes per dispatch's uniform parameters (>= any minUniformBufferOffsetAlignment)
 PARAM_SLOTS = 2048
@@ -70,16 +72,17 @@ class AdapterChoice:
 def choose_adapter(explicit: bool) -> AdapterChoice:
     """High-performance adapter first; a CPU adapter (lavapipe) only when asked explicitly.
 
-    ``BITNET_WEBGPU_ADAPTER=N`` picks the N-th of ``wgpu.gpu.enumerate_adapters_sync()``.
+    ``BITNET_WEBGPU_DEVICE=N`` picks the N-th of ``wgpu.gpu.enumerate_adapters_sync()``
+    (``BITNET_WEBGPU_ADAPTER``, its old name, still works).
     """
     wgpu = import_wgpu()
-    wanted = os.environ.get("BITNET_WEBGPU_ADAPTER", "").strip()
+    wanted = device_choice("webgpu", deprecated=("BITNET_WEBGPU_ADAPTER",))
     try:
         if wanted:
             adapters = wgpu.gpu.enumerate_adapters_sync()
             if not wanted.isdigit() or int(wanted) >= len(adapters):
                 raise DeviceUnavailableError(
-                    f"BITNET_WEBGPU_ADAPTER={wanted!r}: {len(adapters)} adapter(s) present"
+                    f"{ENV_DEVICE}={wanted!r}: {len(adapters)} adapter(s) present"
                 )
             adapter = adapters[int(wanted)]
             explicit = True

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
+import os
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 from ..errors import BitnetError, DeviceUnavailableError
 from ..hal.provider import Availability
+
+log = logging.getLogger("bitnet")
 
 
 class RuntimeUnavailable(DeviceUnavailableError):
@@ -76,3 +80,26 @@ def never_raises(probe: Callable[..., Availability]) -> Callable[..., Availabili
             return Availability.no(f"{family} probe failed: {type(exc).__name__}: {exc}")
 
     return guarded
+
+
+def device_variable(family: str) -> str:
+    """The one name every backend's device choice goes by: ``BITNET_<FAMILY>_DEVICE``."""
+    return f"BITNET_{family.upper().replace('-', '_')}_DEVICE"
+
+
+def device_choice(family: str, deprecated: tuple[str, ...] = ()) -> str:
+    """The value of ``device_variable(family)`` ("" when unset).
+
+    A ``deprecated`` older name still works when the new one is unset, with a
+    warning that names the new one.
+    """
+    name = device_variable(family)
+    value = os.environ.get(name, "").strip()
+    if value:
+        return value
+    for old in deprecated:
+        value = os.environ.get(old, "").strip()
+        if value:
+            log.warning("%s is deprecated; set %s=%s instead", old, name, value)
+            return value
+    return ""
