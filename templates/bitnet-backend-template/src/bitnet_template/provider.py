@@ -9,7 +9,7 @@ How a backend is put together (copy this shape):
   GPU backends less); ``fakeable = True`` lets ``BITNET_GPU_FAKE`` stand in
   for a GPU family; ``DeviceProvider`` supplies ``plugin_api``, which the
   registry checks at load;
-- ``probe`` (``probe.py``) never raises;
+- ``probe`` (``runtime.py``) never raises;
 - the memory ops (``to_device``, ``to_host``, ``empty``, ``reshape``,
   ``load_ternary``, ``kv_store``) decide what a device array is (here: a host
   numpy array; a GPU backend returns its buffer type and copies in
@@ -39,7 +39,7 @@ from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.providers.host_memory import lazy_zeros
 from bitnet_core.sdk.provider import DeviceProvider
 
-from .probe import probe as _probe
+from .runtime import probe as _probe
 
 
 class TemplateWeight:
