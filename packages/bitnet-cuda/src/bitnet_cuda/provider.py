@@ -10,72 +10,45 @@ this package installs and reports itself unavailable where there is none.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from bitnet_core.errors import ProviderError, ShapeError, UnsupportedOperationError
-from bitnet_core.formats.dense import BF16Array, bf16_to_f32
-from bitnet_core.hal.provider import Availability, RopeStyle
+from bitnet_core.errors import UnsupportedOperationError
+from bitnet_core.hal.provider import RopeStyle
 from bitnet_core.hal.switches import env_enabled
-from bitnet_core.hal.weights import TernaryWeight
-from bitnet_core.providers.reference import ReferenceProvider
-from bitnet_core.sdk.packing import pack_lanes
-from bitnet_core.sdk.runtime import import_runtime, never_raises
+from bitnet_core.sdk.provider import DeviceProvider
 
-from .module import load_module
+from .memory import CudaMemory, CudaQ8, CudaTernary, HalfTable, pack_cuda_ternary
+from .runtime import CudaRuntime, import_cupy
+
+__all__ = [
+    "CudaProvider",
+    "CudaQ8",
+    "CudaTernary",
+    "HalfTable",
+    "import_cupy",
+    "pack_cuda_ternary",
+]
 
 WARPS_PER_BLOCK = 8
 MAXT = 8  # tokens per GEMV block (kernels' MAXT)
 MMA_WARPS, MMA_NT = 4, 4  # matmul_i2s_mma: warps a block, 8-token groups a warp (kernels')
 #: from this many tokens a ternary matmul runs on int8 tensor cores (sm_80+)
 MMA_MIN_TOKENS = 16
-CUPY_HINT = "pip install 'bitnet-cuda[cuda12]', or [cuda13] for a CUDA 13 driver"
 
 
-def import_cupy() -> Any:
-    """The cupy module; ``RuntimeUnavailable`` (step import/loader) when it cannot load."""
-    return import_runtime("cupy", CUPY_HINT, "CuPy")
-
-
-def pack_cuda_ternary(codes: np.ndarray) -> np.ndarray:
-    """The SDK's ``"i2_lanes"`` layout, rows padded to 64 columns (a multiple of 4 words)."""
-    return pack_lanes(codes, 64)
-
-
-@dataclass(eq=False)
-class CudaTernary:
-    words: Any  # cupy uint32 [rows, kw]
-    scales: Any  # cupy float32 [rows]
-    rows: int
-    cols: int
-    host: TernaryWeight
-    dense: Any = None  # float32 copy, made only for the debug path
-
-
-@dataclass(eq=False)
-class CudaQ8:
-    """Quantized activations: int8 [T, kp] (zero padded) and per-row sums."""
-
-    data: Any
-    xsum: Any
-    cols: int
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (int(self.data.shape[0]), self.cols)
-
-
-class CudaProvider(ReferenceProvider):
+class CudaProvider(
+    CudaRuntime,
+    CudaMemory,
+    DeviceProvider,
+    family="cuda",
+    device_kind="gpu",
+    priority=10,
+    fakeable=True,
+):
     """Runs BitNet ops with CUDA kernels (dp4a GEMV, warp-per-row head, fused norms)."""
 
-    name = "cuda"
-    family = "cuda"
-    device_kind = "gpu"
-    priority = 10
-    distribution = "bitnet-cuda"
-    fakeable = True
     #: float16 first: half the bytes attention reads per key (llama.cpp's default too)
     kv_dtypes = ("float16", "float32")
     #: a BF16 file's embedding/head stays bfloat16 (two bytes a value, not a float32 copy)
@@ -90,137 +63,14 @@ class CudaProvider(ReferenceProvider):
         self._tensor_cores: bool | None = None
         self.kernel_source = ""
 
-    def _cupy_module(self) -> Any:
-        """CuPy (the tests' CPU emulator of the device overrides this)."""
-        return import_cupy()
-
     # --- probe (seed 002: a reason at each step that fails) -----------------------
-    @never_raises
-    def probe(self, explicit: bool = False) -> Availability:
-        cp = self._cupy_module()
-        try:
-            count = cp.cuda.runtime.getDeviceCount()
-        except Exception as exc:
-            return Availability.no(f"CUDA driver/runtime not usable: {exc}")
-        if count < 1:
-            return Availability.no("no CUDA device found")
-        try:
-            props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-            name = (
-                props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-            )
-            cc = (int(props["major"]), int(props["minor"]))
-            free, total = cp.cuda.runtime.memGetInfo()
-        except Exception as exc:
-            return Availability.no(f"CUDA device query failed: {exc}")
-        if cc < (6, 1):
-            return Availability.no(
-                f"{name}: compute capability {cc[0]}.{cc[1]} lacks dp4a (needs 6.1)"
-            )
-        return Availability.yes(
-            f"{name} (sm_{cc[0]}{cc[1]})",
-            devices=count,
-            compute_capability=f"{cc[0]}.{cc[1]}",
-            memory_total=int(total),
-            memory_free=int(free),
-            cupy=cp.__version__,
-        )
-
     def make_backend(self, weights: Any, **opts: Any) -> Any:
         """The fused, graph-captured backend (``backend.py``); None with ``BITNET_CUDA_FUSED=0``."""
         from .backend import CudaBackend
 
         return CudaBackend(self, weights, **opts) if env_enabled("BITNET_CUDA_FUSED") else None
 
-    @property
-    def cp(self) -> Any:
-        if self._cp is None:
-            self._cp = self._cupy_module()
-            try:
-                self._mod, self.kernel_source = load_module(self._cp)
-            except Exception as exc:
-                raise ProviderError(f"CUDA kernels failed to load: {exc}") from exc
-        return self._cp
-
-    def _k(self, name: str) -> Any:
-        fn = self._kernels.get(name)
-        if fn is None:
-            _ = self.cp
-            fn = self._kernels[name] = self._mod.get_function(name)
-        return fn
-
-    @property
-    def tensor_cores(self) -> bool:
-        """Int8 mma.sync (compute capability 8.0+), unless ``BITNET_CUDA_MMA=0``."""
-        if self._tensor_cores is None:
-            cp = self.cp
-            props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-            cc = (int(props["major"]), int(props["minor"]))
-            self._tensor_cores = cc >= (8, 0) and env_enabled("BITNET_CUDA_MMA")
-        return self._tensor_cores
-
     # --- memory ---------------------------------------------------------------------
-    def to_device(self, array: np.ndarray | BF16Array) -> Any:
-        if isinstance(array, BF16Array) and array.ndim == 2:
-            return self._half_table(array.bits, "bf16")
-        a = np.asarray(array)
-        if a.dtype == np.float16 and a.ndim == 2:
-            return self._half_table(a, "f16")
-        if a.dtype == np.int8 and a.ndim == 2:
-            return self._upload_q8(a)
-        if np.issubdtype(a.dtype, np.integer):
-            return self.cp.asarray(a.astype(np.int32))
-        if a.dtype == np.float16:
-            return self.cp.asarray(a)
-        return self.cp.asarray(a, dtype=np.float32)
-
-    def _half_table(self, a: np.ndarray, kind: str) -> HalfTable:
-        rows, cols = a.shape
-        padded = np.zeros((rows, max(8, -(-cols // 8) * 8)), a.dtype)
-        padded[:, :cols] = a
-        return HalfTable(self.cp.asarray(padded), cols, kind)
-
-    def _upload_q8(self, xq: np.ndarray) -> CudaQ8:
-        t, k = xq.shape
-        kp = max(1, -(-k // 64)) * 64
-        padded = np.zeros((t, kp), np.int8)
-        padded[:, :k] = xq
-        xsum = xq.astype(np.int32).sum(axis=1, dtype=np.int32)
-        return CudaQ8(self.cp.asarray(padded), self.cp.asarray(xsum), k)
-
-    def to_host(self, array: Any) -> np.ndarray:
-        if isinstance(array, CudaQ8):
-            return self.cp.asnumpy(array.data)[:, : array.cols]
-        if isinstance(array, HalfTable):
-            values = self.cp.asnumpy(array.data)[:, : array.cols]
-            return bf16_to_f32(values).reshape(values.shape) if array.kind == "bf16" else values
-        return self.cp.asnumpy(array) if hasattr(array, "device") else np.asarray(array)
-
-    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> Any:
-        return self.cp.zeros(shape, dtype=dtype)
-
-    def reshape(self, array: Any, shape: tuple[int, ...]) -> Any:
-        if math.prod(shape) != array.size:
-            raise ShapeError(f"reshape: {tuple(array.shape)} cannot become {tuple(shape)}")
-        return array.reshape(shape)
-
-    def load_ternary(self, weight: TernaryWeight) -> CudaTernary:
-        codes, scales = weight.unpack()
-        return CudaTernary(
-            self.cp.asarray(pack_cuda_ternary(codes)),
-            self.cp.asarray(scales.astype(np.float32)),
-            weight.rows,
-            weight.cols,
-            weight,
-        )
-
-    def _f32(self, x: Any) -> Any:
-        if isinstance(x, (CudaQ8, HalfTable)):
-            raise UnsupportedOperationError("cuda: expected a float32 array")
-        if not hasattr(x, "device"):
-            return self.cp.asarray(np.asarray(x, np.float32))
-        return x if x.dtype == np.float32 else x.astype(np.float32)
-
     # --- ops --------------------------------------------------------------------------
     def embedding(self, table: Any, ids: np.ndarray) -> Any:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -401,20 +251,3 @@ class CudaProvider(ReferenceProvider):
 
     def mul(self, a: Any, b: Any) -> Any:
         return self._f32(a) * self._f32(b)
-
-
-@dataclass(eq=False)
-class HalfTable:
-    """A float16 or bfloat16 (``kind``) table [rows, cols] on the device.
-
-    ``data`` is [rows, padded] with rows zero-padded to a multiple of 8 values,
-    so the head reads 16 bytes a lane: float16, or uint16 bfloat16 bit patterns.
-    """
-
-    data: Any
-    cols: int
-    kind: str  # "f16" or "bf16"
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (int(self.data.shape[0]), self.cols)

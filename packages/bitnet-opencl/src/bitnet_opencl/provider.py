@@ -11,8 +11,6 @@ the op.
 
 from __future__ import annotations
 
-import functools
-import math
 import threading
 import weakref
 from collections import OrderedDict
@@ -21,24 +19,20 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import (
-    BitnetError,
     DeviceUnavailableError,
-    ProviderError,
-    ShapeError,
     UnsupportedOperationError,
 )
 from bitnet_core.hal.provider import Availability, RopeStyle
-from bitnet_core.hal.weights import TernaryWeight
+from bitnet_core.sdk.arrays import row_split
+from bitnet_core.sdk.attention import AttentionShape
 from bitnet_core.sdk.provider import DeviceProvider
-from bitnet_core.sdk.runtime import RuntimeUnavailable, never_raises
+from bitnet_core.sdk.runtime import never_raises
 
 from .buffers import CLArray
-from .device import DeviceInfo, choose_device, discover, import_pyopencl
+from .device import DeviceInfo, choose_device, discover
+from .memory import OpenCLMemory, cl_op
 from .runtime import Runtime
-from .weights import OpenCLWeight, host_layout
 
-#: Host arrays up to this size are uploaded without blocking (after a private copy).
-ASYNC_UPLOAD_BYTES = 1 << 20
 #: Attention splits the keys in spans of this many when there are more than one
 #: span and fewer (head, query) work-groups than ATTN_SPLIT_BELOW_GROUPS.
 ATTN_SPAN = 256
@@ -46,59 +40,22 @@ ATTN_SPLIT_BELOW_GROUPS = 512
 #: Token counts up to this use the GEMV kernel; larger ones the tiled GEMM.
 GEMV_MAX_TOKENS = 8
 _WG = 64  # default work-group size of the reducing kernels
-_F32 = np.dtype(np.float32)
-
-_HOST_DTYPES = {
-    np.dtype(np.float32): np.float32,
-    np.dtype(np.float64): np.float32,
-    np.dtype(np.float16): np.float16,
-    np.dtype(np.int8): np.int8,
-    np.dtype(np.uint8): np.uint8,
-    np.dtype(np.bool_): np.uint8,
-    np.dtype(np.int32): np.int32,
-    np.dtype(np.int64): np.int32,
-    np.dtype(np.uint32): np.uint32,
-}
-
-
-def _is_cl_error(exc: BaseException) -> bool:
-    try:
-        return isinstance(exc, import_pyopencl().Error)
-    except RuntimeUnavailable:
-        return False
-
-
-def _op(fn):
-    """Turn an OpenCL failure inside an op into ``ProviderError("opencl <op>: ...")``."""
-
-    @functools.wraps(fn)
-    def wrapper(self, *args, **kwargs):
-        try:
-            return fn(self, *args, **kwargs)
-        except BitnetError:
-            raise
-        except Exception as exc:
-            if _is_cl_error(exc) or isinstance(exc, MemoryError):
-                raise ProviderError(f"opencl {fn.__name__}: {type(exc).__name__}: {exc}") from exc
-            raise
-
-    return wrapper
 
 
 def _i32(v: int) -> np.int32:
     return np.int32(v)
 
 
-class OpenCLProvider(DeviceProvider):
+class OpenCLProvider(
+    OpenCLMemory,
+    DeviceProvider,
+    family="opencl",
+    device_kind="gpu",
+    priority=30,
+    aliases=("ocl",),
+    fakeable=True,
+):
     """OpenCL kernels through PyOpenCL on any OpenCL 1.2+ device."""
-
-    name = "opencl"
-    family = "opencl"
-    device_kind = "gpu"
-    priority = 30
-    distribution = "bitnet-opencl"
-    aliases = ("ocl",)
-    fakeable = True
 
     def __init__(self, device: str | None = None) -> None:
         """``device``: ``"P:D"`` overriding ``BITNET_OPENCL_DEVICE`` (tests, benchmarks)."""
@@ -136,15 +93,7 @@ class OpenCLProvider(DeviceProvider):
                     if not avail.available:
                         raise DeviceUnavailableError(f"opencl: {avail.reason}")
                     info = self._choices[True]
-                cl = import_pyopencl()
-                try:
-                    self._rt = Runtime(cl, info)
-                except BitnetError:
-                    raise
-                except Exception as exc:
-                    raise ProviderError(
-                        f"opencl: setting up {info.describe()} failed: {type(exc).__name__}: {exc}"
-                    ) from exc
+                self._rt = Runtime.open(info)
             return self._rt
 
     @property
@@ -155,30 +104,7 @@ class OpenCLProvider(DeviceProvider):
         """Wait for every queued command (benchmarks)."""
         self.runtime.finish()
 
-    def memory_stats(self) -> dict[str, int]:
-        pool = self.runtime.pool
-        return {
-            "allocations": pool.misses,
-            "reuses": pool.hits,
-            "cached_bytes": pool.cached_bytes,
-        }
-
     # --- helpers --------------------------------------------------------------
-    def _alloc(self, shape: tuple[int, ...], dtype: Any = _F32) -> CLArray:
-        dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
-        nbytes = math.prod(shape) * dtype.itemsize
-        return CLArray(self.runtime.pool.acquire(nbytes), tuple(shape), dtype)
-
-    def _dev(self, x: Any, what: str, dtype: Any = np.float32) -> CLArray:
-        """A ``CLArray`` of ``dtype`` (uploading a host array; checking a device one)."""
-        if not isinstance(x, CLArray):
-            x = self.to_device(np.asarray(x, dtype=dtype))
-        if x.dtype != np.dtype(dtype):
-            raise UnsupportedOperationError(
-                f"opencl {what}: expects {np.dtype(dtype).name} arrays, got {x.dtype.name}"
-            )
-        return x
-
     def _run(self, name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
         rt = self.runtime
         with rt.launch_lock:  # a kernel object's arguments are shared state
@@ -191,89 +117,9 @@ class OpenCLProvider(DeviceProvider):
         grid = (-(-n // rows_per_group) * wg, groups1)
         self._run(name, grid, (wg, 1), *args, _i32(lanes), self._local(wg * item))
 
-    def _local(self, nbytes: int) -> Any:
-        """A local-memory kernel argument of ``nbytes`` (descriptors are reused)."""
-        nbytes = max(4, int(nbytes))
-        mem = self._locals.get(nbytes)
-        if mem is None:
-            mem = self._locals[nbytes] = self.runtime.cl.LocalMemory(nbytes)
-        return mem
-
     # --- memory ---------------------------------------------------------------
-    @_op
-    def to_device(self, array: Any) -> CLArray:
-        if isinstance(array, CLArray):
-            return array
-        host = np.asarray(array)
-        target = _HOST_DTYPES.get(host.dtype)
-        if target is None:
-            raise UnsupportedOperationError(f"opencl to_device: dtype {host.dtype} not supported")
-        if (
-            host.dtype == np.int64
-            and host.size
-            and (host.min() < np.iinfo(np.int32).min or host.max() > np.iinfo(np.int32).max)
-        ):
-            raise UnsupportedOperationError("opencl to_device: int64 values exceed int32")
-        small = host.nbytes <= ASYNC_UPLOAD_BYTES
-        # small arrays (token ids, rope tables, norms) are copied to a private
-        # host array and uploaded without waiting for the queue to drain
-        host = np.array(host, dtype=target, order="C", copy=True) if small else (
-            np.ascontiguousarray(host, dtype=target)
-        )  # fmt: skip
-        out = self._alloc(host.shape, host.dtype)
-        if host.size:
-            rt = self.runtime
-            evt = rt.cl.enqueue_copy(rt.queue, out.buffer, host, is_blocking=not small)
-            if small:
-                out._block.pending = evt
-        return out
-
-    @_op
-    def to_host(self, array: Any) -> np.ndarray:
-        if not isinstance(array, CLArray):
-            return np.asarray(array)
-        out = np.empty(array.shape, dtype=array.dtype)
-        if out.size:
-            self.runtime.cl.enqueue_copy(self.runtime.queue, out, array.buffer, is_blocking=True)
-        return out
-
-    @_op
-    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> CLArray:
-        shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
-        if any(s < 0 for s in shape):
-            raise ShapeError(f"opencl empty: negative dimension in {shape}")
-        dtype = np.dtype(dtype)
-        if dtype not in _HOST_DTYPES or _HOST_DTYPES[dtype] != dtype.type:
-            raise UnsupportedOperationError(f"opencl empty: dtype {dtype} not supported")
-        out = self._alloc(shape, dtype)
-        rt = self.runtime
-        rt.cl.enqueue_fill_buffer(rt.queue, out.buffer, np.uint8(0), 0, out._block.size)
-        return out
-
-    def reshape(self, array: Any, shape: tuple[int, ...]) -> CLArray:
-        """A row-major view of ``array`` with another shape (same buffer, no copy)."""
-        if not isinstance(array, CLArray):
-            array = self.to_device(np.asarray(array))
-        return array.reshape(tuple(shape))
-
-    @_op
-    def load_ternary(self, weight: TernaryWeight) -> OpenCLWeight:
-        packed, scales = host_layout(weight)
-        rt = self.runtime
-        cl = rt.cl
-        flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-        if packed.size == 0:  # zero rows: OpenCL has no empty buffers
-            packed, scales = np.zeros(16, np.uint8), np.zeros(1, np.float32)
-        return OpenCLWeight(
-            weight.name,
-            weight.rows,
-            weight.cols,
-            cl.Buffer(rt.context, flags, hostbuf=packed),
-            cl.Buffer(rt.context, flags, hostbuf=scales),
-        )
-
     # --- ops ------------------------------------------------------------------
-    @_op
+    @cl_op
     def embedding(self, table: Any, ids: np.ndarray) -> CLArray:
         if isinstance(ids, CLArray):
             ids = self.to_host(ids)
@@ -292,12 +138,10 @@ class OpenCLProvider(DeviceProvider):
             self._run(name, (k, ids.size), None, table.buffer, dev_ids.buffer, out.buffer, _i32(k))
         return out
 
-    @_op
+    @cl_op
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> CLArray:
-        x = self._dev(x, "rmsnorm")
-        w = self._dev(weight, "rmsnorm")
-        k = x.shape[-1]
-        rows = x.size // k if k else 0
+        x, w = self._dev(x, "rmsnorm"), self._dev(weight, "rmsnorm")
+        rows, k = row_split(x.shape)
         out = self._alloc(x.shape)
         if rows and k:
             rt = self.runtime
@@ -309,7 +153,7 @@ class OpenCLProvider(DeviceProvider):
             )  # fmt: skip
         return out
 
-    @_op
+    @cl_op
     def quantize_act(self, x: Any) -> tuple[CLArray, CLArray]:
         x = self._dev(x, "quantize_act")
         t, k = x.shape
@@ -323,16 +167,7 @@ class OpenCLProvider(DeviceProvider):
             )  # fmt: skip
         return xq, xs
 
-    def _check_weight(self, weight: Any, what: str) -> OpenCLWeight:
-        if not isinstance(weight, OpenCLWeight):
-            if isinstance(weight, TernaryWeight):
-                return self.load_ternary(weight)
-            raise UnsupportedOperationError(
-                f"opencl {what}: weight must come from load_ternary, got {type(weight).__name__}"
-            )
-        return weight
-
-    @_op
+    @cl_op
     def matmul_i2s(self, xq: Any, xscale: Any, weight: Any) -> CLArray:
         w = self._check_weight(weight, "matmul_i2s")
         xq = self._dev(xq, "matmul_i2s", np.int8)
@@ -351,7 +186,7 @@ class OpenCLProvider(DeviceProvider):
             self._rows("gemv_i2s", n, t, w.blocks_per_row, 4, *args, _i32(n), _i32(k))
         return out
 
-    @_op
+    @cl_op
     def linear(self, x: Any, weight: Any) -> CLArray:
         """``quantize_act`` then ``matmul_i2s``. The quantized activations of the last
         input are remembered, so q/k/v (and gate/up) of one ``h`` quantize it once."""
@@ -363,7 +198,7 @@ class OpenCLProvider(DeviceProvider):
             self._last_quant = (weakref.ref(x), xq, xs) if isinstance(x, CLArray) else None
         return self.matmul_i2s(xq, xs, weight)
 
-    @_op
+    @cl_op
     def matmul_ternary_float(self, x: Any, weight: Any) -> CLArray:
         w = self._check_weight(weight, "matmul_ternary_float")
         x = self._dev(x, "matmul_ternary_float")
@@ -376,7 +211,7 @@ class OpenCLProvider(DeviceProvider):
             )  # fmt: skip
         return out
 
-    @_op
+    @cl_op
     def matmul_dense(self, x: Any, table: Any) -> CLArray:
         x = self._dev(x, "matmul_dense")
         if not isinstance(table, CLArray):
@@ -393,42 +228,7 @@ class OpenCLProvider(DeviceProvider):
             )  # fmt: skip
         return out
 
-    def _rope_table(self, positions: np.ndarray, theta: float, rot_dim: int) -> tuple[CLArray, int]:
-        """``(table, pos0)``: cos/sin rows for ``positions`` start at row ``pos0``.
-
-        Ascending runs of positions (every prefill and decode step) index one
-        table of positions ``0..P`` per (theta, rot_dim), grown by doubling, so a
-        decode step uploads nothing; other position sets get a table of their own.
-        The angles are float64 on the host, as in the reference."""
-        half = rot_dim // 2
-        inv_freq = float(theta) ** (-np.arange(half, dtype=np.float64) * 2.0 / rot_dim)
-
-        def upload(pos: np.ndarray) -> CLArray:
-            ang = pos.astype(np.float64)[:, None] * inv_freq[None, :]
-            return self.to_device(np.stack([np.cos(ang), np.sin(ang)], axis=-1).astype(np.float32))
-
-        p0 = int(positions[0]) if positions.size else 0
-        contiguous = positions.size > 0 and p0 >= 0 and bool(np.all(np.diff(positions) == 1))
-        if contiguous:
-            key = ("range", float(theta), int(rot_dim))
-            need = p0 + positions.size
-            table = self._rope_tables.get(key)
-            if table is None or table.shape[0] < need:
-                size = max(need, 2 * (table.shape[0] if table is not None else 256))
-                table = upload(np.arange(size))
-                self._rope_tables[key] = table
-            return table, p0
-        key = (positions.tobytes(), float(theta), int(rot_dim))
-        table = self._rope_tables.get(key)
-        if table is None:
-            table = upload(positions)
-            self._rope_tables[key] = table
-            if len(self._rope_tables) > 16:
-                self._rope_tables.popitem(last=False)
-        self._rope_tables.move_to_end(key)
-        return table, 0
-
-    @_op
+    @cl_op
     def rope(
         self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
     ) -> CLArray:
@@ -446,7 +246,7 @@ class OpenCLProvider(DeviceProvider):
             )  # fmt: skip
         return out
 
-    @_op
+    @cl_op
     def kv_store(self, cache: Any, x: Any, start: int) -> None:
         if not isinstance(cache, CLArray):
             raise UnsupportedOperationError("opencl kv_store: the cache must come from empty()")
@@ -460,18 +260,15 @@ class OpenCLProvider(DeviceProvider):
                 rt.queue, cache.buffer, x.buffer, byte_count=x.nbytes, dst_offset=start * row
             )
 
-    @_op
+    @cl_op
     def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> CLArray:
-        q = self._dev(q, "attention")
-        kc = self._dev(k_cache, "attention")
-        vc = self._dev(v_cache, "attention")
-        t, hq, d = q.shape
-        hkv = kc.shape[1]
+        q, kc, vc = (self._dev(a, "attention") for a in (q, k_cache, v_cache))
+        geo = AttentionShape.of(q, kc, start)
         out = self._alloc(q.shape)
         if not q.size:
             return out
-        scale = np.float32(1.0 / math.sqrt(d))
-        n_max = start + t
+        t, hq, hkv, d = geo.tokens, geo.heads, geo.kv_heads, geo.dim
+        scale, n_max = np.float32(geo.scale), geo.keys
         splits = -(-n_max // ATTN_SPAN)
         if splits > 1 and hq * t < ATTN_SPLIT_BELOW_GROUPS:
             # few (head, query) work-groups over many keys: split the keys
@@ -518,28 +315,28 @@ class OpenCLProvider(DeviceProvider):
             self._run(name, (a.size,), None, a.buffer, b.buffer, out.buffer, *extra)
         return out
 
-    @_op
+    @cl_op
     def silu(self, x: Any) -> CLArray:
         return self._unary("silu", x)
 
-    @_op
+    @cl_op
     def relu2(self, x: Any) -> CLArray:
         return self._unary("relu2", x)
 
-    @_op
+    @cl_op
     def silu_mul(self, gate: Any, up: Any) -> CLArray:
         return self._binary("silu_mul", gate, up, broadcast=False)
 
-    @_op
+    @cl_op
     def relu2_mul(self, gate: Any, up: Any) -> CLArray:
         return self._binary("relu2_mul", gate, up, broadcast=False)
 
-    @_op
+    @cl_op
     def add(self, a: Any, b: Any) -> CLArray:
         """``a + b``; ``b`` may broadcast over ``a``'s leading dimensions."""
         return self._binary("add", a, b, broadcast=True)
 
-    @_op
+    @cl_op
     def mul(self, a: Any, b: Any) -> CLArray:
         """``a * b``; ``b`` may broadcast over ``a``'s leading dimensions."""
         return self._binary("mul", a, b, broadcast=True)

@@ -21,46 +21,38 @@ from bitnet_core.errors import (
     UnsupportedOperationError,
 )
 from bitnet_core.hal.provider import Availability, RopeStyle
-from bitnet_core.hal.weights import TernaryWeight
+from bitnet_core.sdk.arrays import row_split
+from bitnet_core.sdk.attention import AttentionShape
 from bitnet_core.sdk.elementwise import ELEMENTWISE_OPS, ElementwiseOps
-from bitnet_core.sdk.packing import PACKINGS
 from bitnet_core.sdk.provider import DeviceProvider
 from bitnet_core.sdk.runtime import never_raises
 
 from . import vkapi
 from ._version import __version__
-from .arrays import Lease, VulkanArray, VulkanWeight, device_nbytes, padded_cols
+from .arrays import VulkanArray, VulkanWeight, padded_cols
 from .context import VulkanContext
 from .devices import ENV_DEVICE
+from .launch import VulkanLaunch, pow2_at_least
+from .memory import VulkanMemory
 from .pipelines import PipelineCache, spirv_modules
 from .stream import CommandStream, pack_push
 
 ACT_EPS = 1e-5
-#: matmul threads a row x rows a workgroup: GPUs (warp-sized rows) and CPU devices (lavapipe)
-MATMUL_GPU = (32, 4)
-MATMUL_CPU = (8, 16)
-#: workgroup size of the subgroup-reduced matmuls (one subgroup a row)
-MATMUL_SG_GPU, MATMUL_SG_CPU = 128, 64
-SG_TOKENS_PER_PASS = 4  # TOKENS_PER_PASS in matmul_i2s.comp (subgroup variants)
 ELEMENTWISE_WG = 256
-#: CPU devices (lavapipe) pay per workgroup: a few large ones, each looping, run faster.
-CPU_DEVICE_GROUPS = int(os.environ.get("BITNET_VULKAN_CPU_GROUPS", "64"))
 ATTENTION_SLOTS = 4  # MAX_SLOTS in attention.comp
 
 
-def _pow2_at_least(n: int, lo: int, hi: int) -> int:
-    return max(lo, min(hi, 1 << max(int(n) - 1, 0).bit_length()))
-
-
-class VulkanProvider(ElementwiseOps, DeviceProvider):
+class VulkanProvider(
+    VulkanMemory,
+    VulkanLaunch,
+    ElementwiseOps,
+    DeviceProvider,
+    family="vulkan",
+    device_kind="gpu",
+    priority=40,
+    fakeable=True,
+):
     """Ternary BitNet kernels on one Vulkan device."""
-
-    name = "vulkan"
-    family = "vulkan"
-    device_kind = "gpu"
-    priority = 40
-    distribution = "bitnet-vulkan"
-    fakeable = True
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -142,33 +134,6 @@ class VulkanProvider(ElementwiseOps, DeviceProvider):
                 ctx.close()
 
     # --- helpers -------------------------------------------------------------------
-    def _new(self, shape: tuple[int, ...], dtype: Any = np.float32) -> VulkanArray:
-        dtype = np.dtype(dtype)
-        buf = self.stream.acquire(device_nbytes(dtype, shape))
-        return VulkanArray(Lease(self.stream, buf), shape, dtype)
-
-    def _dev(self, x: Any, op: str, dtype: Any = np.float32) -> VulkanArray:
-        """``x`` as a device array of ``dtype`` (host arrays are uploaded, for convenience)."""
-        if not isinstance(x, VulkanArray):
-            if isinstance(x, VulkanWeight):
-                raise ShapeError(f"{op}: got a ternary weight where an array is expected")
-            x = self.to_device(np.asarray(x, dtype=dtype))
-        if x.dtype != np.dtype(dtype):
-            raise UnsupportedOperationError(
-                f"{op}: expects {np.dtype(dtype)} arrays, got {x.dtype}"
-            )
-        return x
-
-    def _table(self, x: Any, op: str) -> VulkanArray:
-        if not isinstance(x, VulkanArray):
-            arr = np.asarray(x)
-            x = self.to_device(arr if arr.dtype == np.float16 else arr.astype(np.float32))
-        if x.dtype not in (np.float16, np.float32) or x.ndim != 2:
-            raise UnsupportedOperationError(
-                f"{op}: tables must be 2-D float16/float32, got {x.dtype} {x.shape}"
-            )
-        return x
-
     def _run(
         self,
         shader: str,
@@ -181,86 +146,7 @@ class VulkanProvider(ElementwiseOps, DeviceProvider):
         bufs = [b.buffer if isinstance(b, VulkanArray) else b.buffer for b in buffers]
         self.stream.dispatch(pipe, bufs, push, groups)
 
-    def _row_launch(self, shader: str, rows: int, cols: int):
-        """(variant, workgroups, specialization) of a one-row-at-a-time shader (rmsnorm, quantize)."""
-        ctx = self.context
-        if ctx.use_subgroup:
-            wg = MATMUL_SG_CPU if ctx.info.is_cpu else MATMUL_SG_GPU
-            per_group = max(1, wg // max(ctx.info.subgroup_size, 1))
-            return shader + "_sg", (self._groups(rows, per_group), 1, 1), (wg,)
-        return shader, (self._groups(rows, 1), 1, 1), (_pow2_at_least(cols, 32, 256),)
-
-    def _groups(self, n: int, per_group: int) -> int:
-        """Workgroups for ``n`` items (the shaders loop over the rest): few on CPU devices."""
-        info = self.context.info
-        cap = CPU_DEVICE_GROUPS if info.is_cpu else info.limits["max_workgroup_count_x"]
-        return max(1, min(-(-n // per_group), cap))
-
     # --- memory -----------------------------------------------------------------------
-    def to_device(self, array: np.ndarray) -> VulkanArray:
-        """Upload a host array (float64 becomes float32; 1-D float16 too; int8 rows padded)."""
-        a = np.asarray(array)
-        if a.dtype == np.float64 or (a.dtype == np.float16 and a.ndim != 2):
-            a = a.astype(np.float32)
-        elif a.dtype == np.int64:
-            a = a.astype(np.int32)
-        elif a.dtype.kind not in "fiub":
-            raise UnsupportedOperationError(f"to_device: unsupported dtype {a.dtype}")
-        out_shape = a.shape
-        if a.dtype == np.int8 and a.ndim == 2:
-            padded = np.zeros((a.shape[0], padded_cols(a.dtype, a.shape)), dtype=np.int8)
-            padded[:, : a.shape[1]] = a
-            a = padded
-        a = np.ascontiguousarray(a)
-        stream = self.stream
-        if a.nbytes >= (1 << 20):  # big (weights, tables): a buffer of its own
-            buf = stream.allocate_exact(a.nbytes)
-        else:
-            buf = stream.acquire(a.nbytes, host_write=True)
-        stream.upload(buf, a)
-        return VulkanArray(Lease(stream, buf), out_shape, a.dtype)
-
-    def to_host(self, array: Any) -> np.ndarray:
-        """Download a device array (runs everything recorded so far)."""
-        if not isinstance(array, VulkanArray):
-            return np.asarray(array)
-        raw = self.stream.download(array.buffer, array.nbytes)
-        if array.dtype == np.int8 and array.ndim == 2:
-            rows, cols = array.shape
-            return (
-                raw.view(np.int8)
-                .reshape(rows, padded_cols(array.dtype, array.shape))[:, :cols]
-                .copy()
-            )
-        return raw.view(array.dtype).reshape(array.shape)
-
-    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> VulkanArray:
-        """A zero-filled device array."""
-        shape = tuple(int(s) for s in shape)
-        out = self._new(shape, dtype)
-        self.stream.fill_zero(out.buffer, out.nbytes)
-        return out
-
-    def reshape(self, x: VulkanArray, shape: tuple[int, ...]) -> VulkanArray:
-        return self._dev(
-            x, "reshape", x.dtype if isinstance(x, VulkanArray) else np.float32
-        ).reshape(shape)
-
-    def load_ternary(self, weight: TernaryWeight) -> VulkanWeight:
-        """Upload in the SDK's ``"i2_rows"`` layout (16 codes a uint32 word) and scales."""
-        rows, cols = int(weight.rows), int(weight.cols)
-        codes, scales = weight.unpack()
-        padded = PACKINGS["i2_rows"].pack(codes)
-        words = padded.shape[1] // 4
-        stream = self.stream
-        wbuf = stream.allocate_exact(padded.nbytes)
-        stream.upload(wbuf, padded)
-        sbuf = stream.allocate_exact(max(rows, 1) * 4)
-        stream.upload(sbuf, np.asarray(scales, dtype=np.float32))
-        return VulkanWeight(
-            weight.name, rows, cols, words, Lease(stream, wbuf), Lease(stream, sbuf)
-        )
-
     # --- ops ---------------------------------------------------------------------------
     def embedding(self, table: Any, ids: np.ndarray) -> VulkanArray:
         table = self._table(table, "embedding")
@@ -281,10 +167,8 @@ class VulkanProvider(ElementwiseOps, DeviceProvider):
         return out
 
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> VulkanArray:
-        x = self._dev(x, "rmsnorm")
-        weight = self._dev(weight, "rmsnorm")
-        cols = x.shape[-1]
-        rows = x.size // cols if cols else 0
+        x, weight = self._dev(x, "rmsnorm"), self._dev(weight, "rmsnorm")
+        rows, cols = row_split(x.shape)
         out = self._new(x.shape)
         if rows == 0 or cols == 0:
             return out
@@ -303,44 +187,6 @@ class VulkanProvider(ElementwiseOps, DeviceProvider):
         shader, groups, spec = self._row_launch("quantize_act", rows, cols)
         self._run(shader, [x, xq, xs], pack_push("III", rows, cols, words), groups, spec)
         return xq, xs
-
-    @property
-    def _matmul_cfg(self) -> tuple[int, int]:
-        return MATMUL_CPU if self.context.info.is_cpu else MATMUL_GPU
-
-    def _plain_groups(self, rows: int, tokens: int) -> tuple[int, int, int]:
-        """Workgroups of a shared-memory matmul (``_matmul_cfg`` rows each)."""
-        ctx = self.context
-        lim = ctx.info.limits
-        cap = CPU_DEVICE_GROUPS if ctx.info.is_cpu else lim["max_workgroup_count_x"]
-        return (
-            max(1, min(-(-rows // self._matmul_cfg[1]), cap)),
-            max(1, min(tokens, lim["max_workgroup_count_y"])),
-            1,
-        )
-
-    def _matmul_launch(self, shader: str, rows: int, tokens: int, extra: tuple[int, ...] = ()):
-        """(shader variant, workgroups, specialization constants) of a matmul over ``rows``."""
-        ctx = self.context
-        lim = ctx.info.limits
-        cap = CPU_DEVICE_GROUPS if ctx.info.is_cpu else lim["max_workgroup_count_x"]
-        if ctx.use_subgroup:
-            wg = MATMUL_SG_CPU if ctx.info.is_cpu else MATMUL_SG_GPU
-            per_group = max(1, wg // max(ctx.info.subgroup_size, 1))
-            spec: tuple[int, ...] = (wg, 1, *extra)
-            shader += "_sg"
-        else:
-            per_group = self._matmul_cfg[1]
-            spec = (*self._matmul_cfg, *extra)
-        token_groups = tokens
-        if shader == "matmul_i2s_sg" or shader == "matmul_i2s_dot_sg":
-            token_groups = -(-tokens // SG_TOKENS_PER_PASS)
-        groups = (
-            max(1, min(-(-rows // per_group), cap)),
-            max(1, min(token_groups, lim["max_workgroup_count_y"])),
-            1,
-        )
-        return shader, groups, spec
 
     def matmul_i2s(self, xq: Any, xscale: Any, weight: VulkanWeight) -> VulkanArray:
         if not isinstance(weight, VulkanWeight):
@@ -425,21 +271,6 @@ class VulkanProvider(ElementwiseOps, DeviceProvider):
         )
         return out
 
-    def _rope_tables(
-        self, positions: np.ndarray, theta: float, rot_dim: int
-    ) -> tuple[VulkanArray, VulkanArray]:
-        """cos/sin ``[T, rot_dim/2]`` in float64 on the host (q and k share the last ones)."""
-        key = (positions.tobytes(), theta, rot_dim)
-        if self._rope_cache is not None and self._rope_cache[0] == key:
-            return self._rope_cache[1], self._rope_cache[2]
-        half = rot_dim // 2
-        inv_freq = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / max(rot_dim, 1))
-        ang = positions[:, None] * inv_freq[None, :]
-        cos_t = self.to_device(np.cos(ang).astype(np.float32).reshape(-1) if half else np.zeros(1))
-        sin_t = self.to_device(np.sin(ang).astype(np.float32).reshape(-1) if half else np.zeros(1))
-        self._rope_cache = (key, cos_t, sin_t)
-        return cos_t, sin_t
-
     def kv_store(self, cache: Any, x: Any, start: int) -> None:
         if not isinstance(cache, VulkanArray):
             raise UnsupportedOperationError("kv_store: the cache must be a device array")
@@ -462,33 +293,20 @@ class VulkanProvider(ElementwiseOps, DeviceProvider):
             (ELEMENTWISE_WG,),
         )
 
-    def _step_value(self, value: int) -> VulkanArray:
-        """``value`` in a one-word device buffer, shared by the ops of the open step."""
-        epoch = self.stream.epoch
-        if self._step_values.get("epoch") != epoch:
-            self._step_values = {"epoch": epoch}
-        found = self._step_values.get(value)
-        if found is None:
-            found = self._step_values[value] = self.to_device(np.array([value], np.uint32))
-        return found
-
     def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> VulkanArray:
-        q = self._dev(q, "attention")
-        k_cache = self._dev(k_cache, "attention")
-        v_cache = self._dev(v_cache, "attention")
-        t, hq, d = q.shape
-        hkv = k_cache.shape[1]
+        q, k_cache, v_cache = (self._dev(a, "attention") for a in (q, k_cache, v_cache))
+        geo = AttentionShape.of(q, k_cache, start)
         out = self._new(q.shape)
         if q.size == 0:
             return out
-        wg = _pow2_at_least(-(-d // ATTENTION_SLOTS), 64, 1024)
-        if d > wg * ATTENTION_SLOTS:
-            raise UnsupportedOperationError(f"attention: head dim {d} is too large")
+        wg = pow2_at_least(-(-geo.dim // ATTENTION_SLOTS), 64, 1024)
+        if geo.dim > wg * ATTENTION_SLOTS:
+            raise UnsupportedOperationError(f"attention: head dim {geo.dim} is too large")
         self._run(
             "attention",
             [q, k_cache, v_cache, out, self._step_value(start)],
-            pack_push("IIIIf", t, hq, hkv, d, 1.0 / math.sqrt(d)),
-            (self._groups(t * hq, 1), 1, 1),
+            pack_push("IIIIf", geo.tokens, geo.heads, geo.kv_heads, geo.dim, geo.scale),
+            (self._groups(geo.tokens * geo.heads, 1), 1, 1),
             (wg,),
         )
         return out

@@ -26,6 +26,12 @@ def reshaped(shape: tuple[int, ...], new: tuple[Any, ...]) -> tuple[int, ...]:
     return tuple(dims)
 
 
+def row_split(shape: tuple[int, ...]) -> tuple[int, int]:
+    """``(rows, cols)`` of an op over the last axis (``rmsnorm``, ``quantize_act``)."""
+    cols = shape[-1] if shape else 1
+    return (math.prod(shape) // cols if cols else 0), cols
+
+
 class DeviceArray:
     """A row-major array on a device: ``shape``, ``dtype`` and what follows from them."""
 

@@ -27,6 +27,10 @@ def _checked(fn: Callable[..., Any], check: Callable[..., None]) -> Callable[...
     return op
 
 
+#: the class keywords a provider may describe itself with
+DESCRIPTION = ("name", "family", "device_kind", "priority", "aliases", "fakeable", "distribution")
+
+
 class DeviceProvider:
     """Defaults of a plugin's self-description, and the argument checks of its ops."""
 
@@ -35,8 +39,17 @@ class DeviceProvider:
     fakeable: ClassVar[bool] = False
     distribution: ClassVar[str] = ""
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
+    def __init_subclass__(cls, **describe: Any) -> None:
+        """``class P(DeviceProvider, family="x", priority=20, ...)``: the self-description
+        as class keywords (any of ``DESCRIPTION``; ``name`` defaults to ``family``)."""
+        unknown = sorted(set(describe) - set(DESCRIPTION))
+        if unknown:
+            raise TypeError(f"{cls.__name__}: unknown provider description {', '.join(unknown)}")
+        super().__init_subclass__()
+        if "family" in describe and "name" not in describe and "name" not in cls.__dict__:
+            describe["name"] = describe["family"]
+        for key, value in describe.items():
+            setattr(cls, key, value)
         for name, check in checks.CHECKS.items():
             fn = getattr(cls, name, None)  # its own, or a mixin's not checked yet
             if callable(fn) and getattr(fn, "__checked__", None) is not check:
