@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--device",
         default=None,
-        help="auto, cpu, gpu, cuda, opencl, vulkan, webgpu or a provider name",
+        help="auto, cpu, gpu, a device family or a provider name (see bitnet devices)",
     )
     p.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default: loopback only)"
