@@ -10,12 +10,9 @@ How a backend is put together (copy this shape):
   for a GPU family; ``DeviceProvider`` supplies ``plugin_api``, which the
   registry checks at load;
 - ``probe`` (``runtime.py``) never raises;
-- the memory ops (``to_device``, ``to_host``, ``empty``, ``reshape``,
-  ``load_ternary``, ``kv_store``) decide what a device array is (here: a host
-  numpy array; a GPU backend returns its buffer type and copies in
-  ``to_device``/``to_host``). Every backend must have them;
-- ``load_ternary`` turns a ``TernaryWeight`` into the layout the kernels
-  want (here: the canonical 2-bit I2 packing, a quarter byte per weight);
+- the memory ops (``memory.py``: ``to_device``, ``to_host``, ``empty``,
+  ``reshape``, ``load_ternary``, ``kv_store``) decide what a device array is
+  and how a weight is kept. Every backend must have them;
 - ``DeviceProvider`` checks every op's arguments before the op runs
   (``bitnet_core.sdk.checks``): an op's body does not repeat them.
 
@@ -33,29 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from bitnet_core.errors import ShapeError
 from bitnet_core.hal.provider import Availability
-from bitnet_core.hal.weights import TernaryWeight
-from bitnet_core.providers.host_memory import lazy_zeros
 from bitnet_core.sdk.provider import DeviceProvider
 
+from .memory import TemplateMemory, TemplateWeight
 from .runtime import probe as _probe
 
 
-class TemplateWeight:
-    """A resident ternary weight: 2-bit packed codes for the C++ kernel, per-row scales."""
-
-    __slots__ = ("name", "packed", "scales", "shape")
-
-    def __init__(self, weight: TernaryWeight) -> None:
-        codes, scales = weight.unpack()
-        self.name = weight.name
-        self.packed = np.ascontiguousarray(TernaryWeight.from_codes(codes, scales).packed_i2())
-        self.scales = np.ascontiguousarray(scales, dtype=np.float32)
-        self.shape = (int(weight.rows), int(weight.cols))
-
-
-class TemplateProvider(DeviceProvider):
+class TemplateProvider(TemplateMemory, DeviceProvider):
     """Provider ``template``: C++ matmul_i2s; the other compute ops run on the host."""
 
     name = "template"
@@ -66,28 +48,6 @@ class TemplateProvider(DeviceProvider):
 
     def probe(self, explicit: bool = False) -> Availability:
         return _probe(explicit)
-
-    # --- memory: device arrays are contiguous host numpy arrays here ------------
-    def to_device(self, array: Any) -> np.ndarray:
-        return np.ascontiguousarray(array)
-
-    def to_host(self, array: Any) -> np.ndarray:
-        return np.asarray(array)
-
-    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
-        return lazy_zeros(shape, dtype)
-
-    def reshape(self, array: Any, shape: tuple[int, ...]) -> np.ndarray:
-        try:
-            return np.asarray(array).reshape(shape)
-        except ValueError as exc:
-            raise ShapeError(f"reshape: {np.shape(array)} cannot become {shape}") from exc
-
-    def load_ternary(self, weight: TernaryWeight) -> TemplateWeight:
-        return TemplateWeight(weight)
-
-    def kv_store(self, cache: np.ndarray, x: Any, start: int) -> None:
-        cache[start : start + len(x)] = x
 
     # --- the C++ kernels ---------------------------------------------------------
     def matmul_i2s(self, xq: Any, xscale: Any, weight: TemplateWeight) -> np.ndarray:
