@@ -409,3 +409,14 @@ def test_explicit_request_probes_only_what_it_could_choose(installed_plugin):
     assert sel.record.name == "testgpu"
     assert {name for name, _ in sys.modules["bitnet_test_plugin"].PROBES} == {"testgpu"}
     assert "testvk" not in sel.summary.detected and "testvk" not in sel.summary.unavailable
+
+
+def test_cli_devices_verbose_says_which_ops_run_where():
+    import json
+
+    r = run_cli("devices", "--verbose", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "on the device: to_device" in r.stdout and "on the host:" in r.stdout
+    data = json.loads(run_cli("devices", "--json").stdout)
+    ref = next(p for p in data["providers"] if p["name"] == "cpu-reference")
+    assert "attention" in ref["device_ops"] and ref["host_ops"] == []
