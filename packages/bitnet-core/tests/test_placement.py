@@ -123,3 +123,11 @@ def test_registry_records_a_provider_without_memory_ops_as_broken(tmp_path, monk
 def test_host_ops_are_counted(op):
     placed = place(MatmulOnly(), REF)
     assert op in placed.host_ops and placed.host_calls.get(op, 0) == 0
+
+
+def test_a_placed_provider_copies_without_recursion():
+    import copy
+
+    placed = place(MatmulOnly(), REF)
+    twin = copy.copy(placed)
+    assert twin.host_ops == placed.host_ops and twin.name == "matmul-only"

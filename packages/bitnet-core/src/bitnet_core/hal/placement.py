@@ -71,6 +71,10 @@ class PlacedWeight:
         return self._host
 
 
+#: the attributes ``PlacedProvider`` sets itself
+_OWN = frozenset({"device", "host", "device_ops", "host_ops", "host_calls"})
+
+
 class PlacedProvider:
     """``device`` completed by ``host`` for the ops it lacks (see the module docstring)."""
 
@@ -83,6 +87,8 @@ class PlacedProvider:
         self.host_calls: dict[str, int] = {}
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in _OWN:  # not set yet (copy, pickle): no recursion
+            raise AttributeError(name)
         if name in self.host_ops:
             return functools.partial(self._on_host, name)
         if name in KERNEL_INVENTORY:
