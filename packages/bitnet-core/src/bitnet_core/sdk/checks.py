@@ -23,6 +23,8 @@ ROPE_STYLES = ("neox", "norm")
 def shape_of(a: Any) -> tuple[int, ...]:
     """The logical shape of a host or device array, or of a resident ternary weight."""
     shape = getattr(a, "shape", None)
+    if type(shape) is tuple:  # numpy, CuPy and the backends' arrays: the fast path
+        return shape
     if shape is None and hasattr(a, "rows") and hasattr(a, "cols"):
         return (int(a.rows), int(a.cols))
     return tuple(int(s) for s in (np.shape(a) if shape is None else shape))
