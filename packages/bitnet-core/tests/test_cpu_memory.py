@@ -12,7 +12,7 @@ from native_cpu import available_providers
 from bitnet_core.config import BitNetConfig
 from bitnet_core.gguf import open_model_file
 from bitnet_core.model import load, random_model_file
-from bitnet_core.providers.cpu_native import release_file_pages
+from bitnet_core.providers.file_pages import release_file_pages
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/statm")
 

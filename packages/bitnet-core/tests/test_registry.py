@@ -30,9 +30,12 @@ PLUGIN_MODULE = textwrap.dedent(
 
     class GoodGpu(ReferenceProvider):
         name = "testgpu"
-        family = "opencl"
+        family = "testfam"
         device_kind = "gpu"
         priority = 25
+        aliases = ("tfam",)
+        fakeable = True
+        distribution = "bitnet-test-plugin"
 
         def probe(self, explicit=False):
             PROBES.append((self.name, explicit))
@@ -59,6 +62,17 @@ PLUGIN_MODULE = textwrap.dedent(
         def probe(self, explicit=False):
             PROBES.append((self.name, explicit))
             raise RuntimeError("driver exploded")
+
+    class OtherApi(ReferenceProvider):
+        name = "testold"
+        family = "testold"
+        device_kind = "gpu"
+        priority = 26
+        plugin_api = 99
+
+        def probe(self, explicit=False):
+            PROBES.append((self.name, explicit))
+            return Availability.yes("never asked")
     """
 )
 
@@ -69,6 +83,7 @@ ENTRY_POINTS = textwrap.dedent(
     testvk = bitnet_test_plugin:NoDevice
     testraise = bitnet_test_plugin:ProbeRaises
     testbroken = bitnet_test_broken:Provider
+    testold = bitnet_test_plugin:OtherApi
     """
 )
 
@@ -114,8 +129,8 @@ def test_entry_point_plugin_found_and_ranked(installed_plugin):
     assert [r.priority for r in recs] == sorted(r.priority for r in recs)
     sel = select("auto")
     assert sel.record.name == "testgpu"
-    assert select("opencl").record.name == "testgpu"
-    assert select("ocl").record.name == "testgpu"
+    assert select("testfam").record.name == "testgpu"
+    assert select("tfam").record.name == "testgpu"  # the plugin's own alias
     assert select("gpu").record.name == "testgpu"
     assert select("cpu").record.device_kind == "cpu"
 
@@ -128,8 +143,41 @@ def test_broken_plugin_is_unavailable_with_reason(installed_plugin):
     raising = recs["testraise"]
     assert not raising.availability.available
     assert "driver exploded" in raising.availability.reason
+    assert broken.availability.step == "plugin"
+    # what a plugin that failed to load cannot say is not guessed
+    assert (broken.family, broken.device_kind) == ("", "unknown")
+    with pytest.raises(DeviceUnavailableError, match="libfoo.so.1"):
+        select("testbroken")  # it answers its entry point's name
     # the core keeps working
     assert select("cpu-reference").record.name == "cpu-reference"
+
+
+def test_plugin_describes_itself(installed_plugin):
+    rec = by_name(list_providers())["testgpu"]
+    assert (rec.family, rec.priority, rec.aliases, rec.fakeable) == ("testfam", 25, ("tfam",), True)
+    assert rec.distribution == "bitnet-test-plugin"
+
+
+def test_plugin_api_version_checked_at_load(installed_plugin):
+    rec = by_name(list_providers())["testold"]
+    assert not rec.availability.available and rec.availability.step == "plugin"
+    assert "plugin API 99" in rec.availability.reason
+    assert rec.family == "testold" and rec.priority == 26  # what it says of itself is kept
+    assert ("testold", False) not in sys.modules["bitnet_test_plugin"].PROBES
+    with pytest.raises(DeviceUnavailableError, match="plugin API 99"):
+        select("testold")
+
+
+def test_fakes_come_from_fakeable_plugins(installed_plugin, clean_registry, monkeypatch):
+    monkeypatch.setenv("BITNET_GPU_FAKE", "testfam")
+    clean_registry.refresh()
+    fake = by_name(list_providers())["fake-testfam"]
+    assert fake.priority == 24 and fake.availability.fake  # just ahead of the real one
+    assert select("tfam").record.name == "fake-testfam"
+    monkeypatch.setenv("BITNET_GPU_FAKE", "testvk")  # installed, but not fakeable
+    clean_registry.refresh()
+    with pytest.raises(ConfigError, match="unknown device testvk"):
+        list_providers()
 
 
 def test_specific_unavailable_request_names_reason(installed_plugin):
@@ -142,14 +190,42 @@ def test_missing_family_is_clear_error(clean_registry):
         select("cuda")
 
 
+def test_uninstalled_backend_hint_comes_from_the_meta_package_extras(
+    clean_registry, monkeypatch, tmp_path
+):
+    """The core knows no backend: the ``bitnet`` meta package's extras name the distribution."""
+    from bitnet_core.hal import extras
+
+    info = tmp_path / "bitnet-9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: bitnet\nVersion: 9.9\n"
+        'Requires-Dist: bitnet-tpu; extra == "tpu"\n'
+        'Requires-Dist: bitnet-tpu; extra == "gpu"\n'
+        'Requires-Dist: bitnet-x; extra == "gpu"\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    extras.extras.cache_clear()
+    try:
+        assert extras.extras() == {"tpu": "bitnet-tpu"}
+        with pytest.raises(
+            DeviceUnavailableError, match=r"install bitnet-tpu: pip install 'bitnet\[tpu\]'"
+        ):
+            select("tpu")
+        with pytest.raises(UnknownDeviceError):
+            select("npu")
+    finally:
+        extras.extras.cache_clear()
+
+
 def test_unknown_device(clean_registry):
     with pytest.raises(UnknownDeviceError, match="unknown device 'tpu'"):
         select("tpu")
 
 
-def test_request_sources(monkeypatch):
-    monkeypatch.setenv("BITNET_DEVICE", "OCL")
-    assert BackendRequest.parse(None) == BackendRequest("opencl", "env")
+def test_request_sources(installed_plugin, monkeypatch):
+    monkeypatch.setenv("BITNET_DEVICE", "TFAM")
+    assert BackendRequest.parse(None) == BackendRequest("testfam", "env")
     assert BackendRequest.parse("cpu") == BackendRequest("cpu", "flag")
     monkeypatch.delenv("BITNET_DEVICE")
     assert BackendRequest.parse(None) == BackendRequest("auto", "default")
@@ -329,7 +405,18 @@ def test_a_stuck_gpu_probe_is_reported_not_waited_for(installed_plugin, monkeypa
 
 
 def test_explicit_request_probes_only_what_it_could_choose(installed_plugin):
-    sel = select("opencl")  # testgpu's family
+    sel = select("testfam")  # testgpu's family
     assert sel.record.name == "testgpu"
     assert {name for name, _ in sys.modules["bitnet_test_plugin"].PROBES} == {"testgpu"}
     assert "testvk" not in sel.summary.detected and "testvk" not in sel.summary.unavailable
+
+
+def test_cli_devices_verbose_says_which_ops_run_where():
+    import json
+
+    r = run_cli("devices", "--verbose", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "on the device: to_device" in r.stdout and "on the host:" in r.stdout
+    data = json.loads(run_cli("devices", "--json").stdout)
+    ref = next(p for p in data["providers"] if p["name"] == "cpu-reference")
+    assert "attention" in ref["device_ops"] and ref["host_ops"] == []

@@ -94,13 +94,34 @@ class RaisingProbe(ReferenceProvider):
         return Availability.yes("test")
 
 
+def _dense_without_checks(self, x, table):
+    return (np.asarray(x) @ np.asarray(table).T).astype(np.float32)
+
+
 class ValueErrorOnBadShape(ReferenceProvider):
-    """matmul_dense lets numpy's ValueError escape on a shape mismatch."""
+    """matmul_dense lets numpy's ValueError escape on a shape mismatch.
+
+    Set after the class is made, so ``DeviceProvider`` does not wrap it with
+    the shared check: a provider that bypasses the SDK."""
 
     name = "bug-errors"
 
-    def matmul_dense(self, x, table):
-        return (np.asarray(x) @ np.asarray(table).T).astype(np.float32)
+
+ValueErrorOnBadShape.matmul_dense = _dense_without_checks
+
+
+class SdkGuardsBadShapes(ReferenceProvider):
+    """The same op written in the class body: the SDK's shared check runs first."""
+
+    name = "sdk-guarded"
+    matmul_dense = _dense_without_checks
+
+
+def test_sdk_checks_an_ops_arguments_before_the_provider_code():
+    failed, _ = failed_ids(SdkGuardsBadShapes(), ["matmul_dense"])
+    assert not failed
+    with pytest.raises(ShapeError, match="does not match table"):
+        SdkGuardsBadShapes().matmul_dense(np.ones((2, 3), np.float32), np.ones((5, 4), np.float32))
 
 
 def failed_ids(provider, only):

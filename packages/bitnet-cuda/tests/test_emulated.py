@@ -31,7 +31,7 @@ from bitnet_core.testing import conformance
 from bitnet_core.testing.strict import (
     assert_logits_close,
     check_decode_steps,
-    check_greedy_equal,
+    parity_suite,
     strict_config,
 )
 from bitnet_cuda.backend import CudaBackend
@@ -88,20 +88,8 @@ def models(request):
     return Model(reference_backend(weights, kv)), Model(cuda_backend(weights, kv, engine))
 
 
-@pytest.mark.parametrize("length", [12, 40])  # > MAXT (dp4a tiles); >= 16: tensor cores
-def test_prefill_logits(models, length: int):
-    ref_model, cuda_model = models
-    prompt = (np.arange(length) * 37 + 1) % 300
-    assert_logits_close(cuda_model.logits(prompt), ref_model.logits(prompt))
-
-
-def test_decode_steps(models):
-    ref_model, cuda_model = models
-    check_decode_steps(ref_model.backend, cuda_model.backend)
-
-
-def test_greedy_tokens(models):
-    check_greedy_equal(*models)
+# prefill of 12 (> MAXT: dp4a tiles) and 40 tokens (>= 16: tensor cores), decode steps, greedy
+TestStrictParity = parity_suite([12, 40])
 
 
 def test_bfloat16_tables_stay_bfloat16_on_the_device() -> None:

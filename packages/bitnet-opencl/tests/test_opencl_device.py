@@ -104,7 +104,8 @@ def test_registry_selection_explicit_vs_auto(clean_env, ocl):
 def test_probe_without_pyopencl(monkeypatch):
     monkeypatch.setitem(sys.modules, "pyopencl", None)  # import raises ImportError
     avail = OpenCLProvider().probe(explicit=True)
-    assert not avail.available and "pyopencl is not importable" in avail.reason
+    assert not avail.available and "pyopencl is not installed" in avail.reason
+    assert avail.step == "import"
 
 
 def test_probe_without_any_icd(tmp_path):

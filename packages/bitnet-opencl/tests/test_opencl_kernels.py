@@ -11,11 +11,20 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from ocl_helpers import acts, ternary
 
+from bitnet_core.sdk.packing import pack_lanes, unpack_lanes
 from bitnet_opencl import OpenCLProvider
 from bitnet_opencl.program import Features
 from bitnet_opencl.provider import GEMV_MAX_TOKENS
 from bitnet_opencl.runtime import Runtime
-from bitnet_opencl.weights import pack_blocks, padded_cols, unpack_blocks
+from bitnet_opencl.weights import padded_cols
+
+
+def pack_blocks(codes):
+    return pack_lanes(codes, 64).view(np.uint8)
+
+
+def unpack_blocks(packed, cols):
+    return unpack_lanes(packed.view(np.uint32), cols)
 
 
 def _i2s(p, ref, rng, t, n, k):

@@ -20,7 +20,7 @@ PROBE = """
 import json, sys
 from bitnet_vulkan.provider import VulkanProvider
 a = VulkanProvider().probe(explicit=True)
-print(json.dumps({"available": a.available, "reason": a.reason, "step": a.details.get("step")}))
+print(json.dumps({"available": a.available, "reason": a.reason, "step": a.step}))
 """
 
 
@@ -108,7 +108,7 @@ def test_reason_for_a_wheel_built_without_shaders(monkeypatch):
     monkeypatch.setattr(_spirv, "SKIPPED", True)
     monkeypatch.setattr(_spirv, "MODULES", {})
     a = VulkanProvider().probe(explicit=True)
-    assert not a.available and a.details["step"] == "shaders"
+    assert not a.available and a.step == "kernels"
     assert "BITNET_VULKAN_SKIP_SHADERS" in a.reason and "glslangValidator" in a.reason
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bitnet_core.hal.weights import TernaryWeight
-from bitnet_vulkan.stream import size_class
+from bitnet_core.sdk.pool import size_class
 
 RNG = np.random.default_rng(7)
 

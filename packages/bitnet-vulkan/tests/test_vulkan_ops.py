@@ -90,7 +90,7 @@ def test_subgroup_workgroup_sizes(vk, ref, monkeypatch, sg_wg):
     """The subgroup shaders take any workgroup size: rows follow gl_SubgroupID / gl_NumSubgroups."""
     if not vk.context.use_subgroup:
         pytest.skip("subgroup matmuls are not used on this device")
-    import bitnet_vulkan.provider as provider_module
+    import bitnet_vulkan.launch as provider_module
 
     monkeypatch.setattr(provider_module, "MATMUL_SG_CPU", sg_wg)
     monkeypatch.setattr(provider_module, "MATMUL_SG_GPU", sg_wg)
@@ -165,7 +165,7 @@ def test_quantize_act_scales_correctly_rounded_many_rows(vk, ref):
 @pytest.mark.parametrize("layout", [(32, 4), (8, 16), (1, 64), (64, 1)])
 def test_matmul_workgroup_layouts(vk, ref, monkeypatch, layout):
     """Every matmul shader is right for the GPU and the CPU-device workgroup shapes alike."""
-    import bitnet_vulkan.provider as provider_module
+    import bitnet_vulkan.launch as provider_module
 
     monkeypatch.setattr(provider_module, "MATMUL_CPU", layout)
     monkeypatch.setattr(provider_module, "MATMUL_GPU", layout)

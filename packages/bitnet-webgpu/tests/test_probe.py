@@ -7,7 +7,8 @@ import pytest
 
 from bitnet_core.errors import ProviderError
 from bitnet_core.hal import select
-from bitnet_webgpu.provider import WebGPUProvider, pack_webgpu_ternary
+from bitnet_core.sdk.packing import pack_lanes
+from bitnet_webgpu.provider import WebGPUProvider
 
 
 def test_probe_never_raises_and_cpu_adapter_needs_explicit(provider):
@@ -20,10 +21,10 @@ def test_probe_never_raises_and_cpu_adapter_needs_explicit(provider):
 
 
 def test_bad_adapter_index_is_reason(monkeypatch):
-    monkeypatch.setenv("BITNET_WEBGPU_ADAPTER", "99")
+    monkeypatch.setenv("BITNET_WEBGPU_DEVICE", "99")
     avail = WebGPUProvider().probe(explicit=True)
     assert not avail.available
-    assert "BITNET_WEBGPU_ADAPTER" in avail.reason
+    assert "BITNET_WEBGPU_DEVICE" in avail.reason
 
 
 def test_selected_by_name(provider):
@@ -40,7 +41,7 @@ def test_tensor_over_binding_limit_is_refused(provider):
 def test_pack_layout():
     codes = np.zeros((1, 16), np.int8)
     codes[0, 4 * 2 + 3] = 1  # column 11: j=2, i=3 -> bits 8*3 + 2*2 = 28
-    word = int(pack_webgpu_ternary(codes)[0, 0])
+    word = int(pack_lanes(codes, 16)[0, 0])
     assert (word >> 28) & 3 == 2
     assert bin(word).count("1") == 16  # the other 15 codes are 1 (value 0)
 
@@ -85,3 +86,16 @@ def test_kernel_variants_match(monkeypatch, env, value):
             rtol=1e-4,
             atol=1e-4,
         )
+
+
+@pytest.mark.parametrize("name", ["BITNET_WEBGPU_DEVICE", "BITNET_WEBGPU_ADAPTER"])
+def test_device_variable_and_its_deprecated_old_name(monkeypatch, caplog, name):
+    from bitnet_core.errors import DeviceUnavailableError
+    from bitnet_webgpu.device import choose_adapter
+
+    monkeypatch.delenv("BITNET_WEBGPU_DEVICE", raising=False)
+    monkeypatch.delenv("BITNET_WEBGPU_ADAPTER", raising=False)
+    monkeypatch.setenv(name, "99")
+    with pytest.raises(DeviceUnavailableError, match="BITNET_WEBGPU_DEVICE='99'"):
+        choose_adapter(explicit=True)
+    assert ("deprecated" in caplog.text) == (name == "BITNET_WEBGPU_ADAPTER")

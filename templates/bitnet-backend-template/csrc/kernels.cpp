@@ -1,15 +1,14 @@
 // The C++ kernels of bitnet-template, exposed to Python through pybind11.
 //
-// The worked example: two ops of the KernelProvider protocol in plain C++.
+// The worked example: one op of the KernelProvider protocol in plain C++.
 // Numerics follow the contract in bitnet_core/hal/provider.py exactly:
-// integer accumulation for matmul_i2s, double accumulation for rmsnorm, so
-// the results match bitnet_core's numpy reference (ReferenceProvider).
-// Arguments are validated in Python first (bitnet_core.errors); the checks
-// here only guard memory safety and raise ValueError.
+// integer accumulation for matmul_i2s, so the results match bitnet_core's
+// numpy reference (ReferenceProvider). Arguments are validated once by the
+// SDK (bitnet_core.sdk.checks) before the op runs; the checks here only guard
+// memory safety and raise ValueError.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
-#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 
@@ -60,32 +59,8 @@ static carray<float> matmul_i2s(carray<int8_t> xq, carray<float> xscale, carray<
     return out;
 }
 
-// y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight
-static carray<float> rmsnorm(carray<float> x, carray<float> weight, double eps) {
-    if (x.ndim() != 2 || weight.ndim() != 1 || weight.shape(0) != x.shape(1))
-        throw std::invalid_argument("rmsnorm: x [T, D] and weight [D]");
-    const int64_t t_count = x.shape(0), d = x.shape(1);
-    carray<float> out({t_count, d});
-    const float* xp = x.data();
-    const float* wp = weight.data();
-    float* yp = out.mutable_data();
-    {
-        py::gil_scoped_release release;
-        for (int64_t t = 0; t < t_count; ++t) {
-            const float* xr = xp + t * d;
-            double ss = 0.0;
-            for (int64_t i = 0; i < d; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-            const double inv = 1.0 / std::sqrt(ss / static_cast<double>(d) + eps);
-            for (int64_t i = 0; i < d; ++i)
-                yp[t * d + i] = static_cast<float>(static_cast<double>(xr[i]) * inv * wp[i]);
-        }
-    }
-    return out;
-}
-
 PYBIND11_MODULE(_kernels, m) {
     m.doc() = "bitnet-template C++ kernels (the worked example of a backend)";
     m.def("matmul_i2s", &matmul_i2s, py::arg("xq"), py::arg("xscale"), py::arg("packed"),
           py::arg("scales"), py::arg("cols"));
-    m.def("rmsnorm", &rmsnorm, py::arg("x"), py::arg("weight"), py::arg("eps"));
 }

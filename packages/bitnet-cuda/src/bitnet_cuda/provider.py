@@ -10,77 +10,45 @@ this package installs and reports itself unavailable where there is none.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from bitnet_core.errors import ProviderError, ShapeError, UnsupportedOperationError
-from bitnet_core.formats.dense import BF16Array, bf16_to_f32
-from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
+from bitnet_core.errors import UnsupportedOperationError
+from bitnet_core.hal.provider import RopeStyle
 from bitnet_core.hal.switches import env_enabled
-from bitnet_core.hal.weights import TernaryWeight
-from bitnet_core.providers.reference import ReferenceProvider
+from bitnet_core.sdk.provider import DeviceProvider
 
-from .module import load_module
+from .memory import CudaMemory, CudaQ8, CudaTernary, HalfTable, pack_cuda_ternary
+from .runtime import CudaRuntime, import_cupy
+
+__all__ = [
+    "CudaProvider",
+    "CudaQ8",
+    "CudaTernary",
+    "HalfTable",
+    "import_cupy",
+    "pack_cuda_ternary",
+]
 
 WARPS_PER_BLOCK = 8
 MAXT = 8  # tokens per GEMV block (kernels' MAXT)
 MMA_WARPS, MMA_NT = 4, 4  # matmul_i2s_mma: warps a block, 8-token groups a warp (kernels')
 #: from this many tokens a ternary matmul runs on int8 tensor cores (sm_80+)
 MMA_MIN_TOKENS = 16
-CUPY_HINT = "pip install 'bitnet-cuda[cuda12]' (or [cuda13] for a CUDA 13 driver)"
 
 
-def import_cupy() -> Any:
-    try:
-        import cupy
-    except ImportError as exc:
-        raise ProviderError(f"CuPy is not installed: {CUPY_HINT} ({exc})") from exc
-    return cupy
-
-
-def pack_cuda_ternary(codes: np.ndarray) -> np.ndarray:
-    """int8 codes [rows, cols] -> uint32 [rows, kw] (kw multiple of 4): col 16w+4j+i at bits 8i+2j."""
-    rows, cols = codes.shape
-    kw = max(1, -(-cols // 64)) * 4
-    c = np.ones((rows, kw * 16), dtype=np.uint32)  # code 1 = value 0 in the padding
-    c[:, :cols] = codes.astype(np.int32) + 1
-    c = c.reshape(rows, kw, 4, 4)  # [.., j, i]
-    shifts = (8 * np.arange(4)[None, :] + 2 * np.arange(4)[:, None]).astype(np.uint32)
-    return np.bitwise_or.reduce(c << shifts, axis=(2, 3)).astype(np.uint32)
-
-
-@dataclass(eq=False)
-class CudaTernary:
-    words: Any  # cupy uint32 [rows, kw]
-    scales: Any  # cupy float32 [rows]
-    rows: int
-    cols: int
-    host: TernaryWeight
-    dense: Any = None  # float32 copy, made only for the debug path
-
-
-@dataclass(eq=False)
-class CudaQ8:
-    """Quantized activations: int8 [T, kp] (zero padded) and per-row sums."""
-
-    data: Any
-    xsum: Any
-    cols: int
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (int(self.data.shape[0]), self.cols)
-
-
-class CudaProvider(ReferenceProvider):
+class CudaProvider(
+    CudaRuntime,
+    CudaMemory,
+    DeviceProvider,
+    family="cuda",
+    device_kind="gpu",
+    priority=10,
+    fakeable=True,
+):
     """Runs BitNet ops with CUDA kernels (dp4a GEMV, warp-per-row head, fused norms)."""
 
-    name = "cuda"
-    family = "cuda"
-    device_kind = "gpu"
-    priority = PRIORITIES["cuda"]
     #: float16 first: half the bytes attention reads per key (llama.cpp's default too)
     kv_dtypes = ("float16", "float32")
     #: a BF16 file's embedding/head stays bfloat16 (two bytes a value, not a float32 copy)
@@ -95,145 +63,17 @@ class CudaProvider(ReferenceProvider):
         self._tensor_cores: bool | None = None
         self.kernel_source = ""
 
-    def _cupy_module(self) -> Any:
-        """CuPy (the tests' CPU emulator of the device overrides this)."""
-        return import_cupy()
-
     # --- probe (seed 002: a reason at each step that fails) -----------------------
-    def probe(self, explicit: bool = False) -> Availability:
-        try:
-            cp = self._cupy_module()
-        except ProviderError as exc:
-            return Availability.no(str(exc))
-        try:
-            count = cp.cuda.runtime.getDeviceCount()
-        except Exception as exc:
-            return Availability.no(f"CUDA driver/runtime not usable: {exc}")
-        if count < 1:
-            return Availability.no("no CUDA device found")
-        try:
-            props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-            name = (
-                props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-            )
-            cc = (int(props["major"]), int(props["minor"]))
-            free, total = cp.cuda.runtime.memGetInfo()
-        except Exception as exc:
-            return Availability.no(f"CUDA device query failed: {exc}")
-        if cc < (6, 1):
-            return Availability.no(
-                f"{name}: compute capability {cc[0]}.{cc[1]} lacks dp4a (needs 6.1)"
-            )
-        return Availability.yes(
-            f"{name} (sm_{cc[0]}{cc[1]})",
-            devices=count,
-            compute_capability=f"{cc[0]}.{cc[1]}",
-            memory_total=int(total),
-            memory_free=int(free),
-            cupy=cp.__version__,
-        )
-
     def make_backend(self, weights: Any, **opts: Any) -> Any:
         """The fused, graph-captured backend (``backend.py``); None with ``BITNET_CUDA_FUSED=0``."""
         from .backend import CudaBackend
 
         return CudaBackend(self, weights, **opts) if env_enabled("BITNET_CUDA_FUSED") else None
 
-    @property
-    def cp(self) -> Any:
-        if self._cp is None:
-            self._cp = self._cupy_module()
-            try:
-                self._mod, self.kernel_source = load_module(self._cp)
-            except Exception as exc:
-                raise ProviderError(f"CUDA kernels failed to load: {exc}") from exc
-        return self._cp
-
-    def _k(self, name: str) -> Any:
-        fn = self._kernels.get(name)
-        if fn is None:
-            _ = self.cp
-            fn = self._kernels[name] = self._mod.get_function(name)
-        return fn
-
-    @property
-    def tensor_cores(self) -> bool:
-        """Int8 mma.sync (compute capability 8.0+), unless ``BITNET_CUDA_MMA=0``."""
-        if self._tensor_cores is None:
-            cp = self.cp
-            props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
-            cc = (int(props["major"]), int(props["minor"]))
-            self._tensor_cores = cc >= (8, 0) and env_enabled("BITNET_CUDA_MMA")
-        return self._tensor_cores
-
     # --- memory ---------------------------------------------------------------------
-    def to_device(self, array: np.ndarray | BF16Array) -> Any:
-        if isinstance(array, BF16Array) and array.ndim == 2:
-            return self._half_table(array.bits, "bf16")
-        a = np.asarray(array)
-        if a.dtype == np.float16 and a.ndim == 2:
-            return self._half_table(a, "f16")
-        if a.dtype == np.int8 and a.ndim == 2:
-            return self._upload_q8(a)
-        if np.issubdtype(a.dtype, np.integer):
-            return self.cp.asarray(a.astype(np.int32))
-        if a.dtype == np.float16:
-            return self.cp.asarray(a)
-        return self.cp.asarray(a, dtype=np.float32)
-
-    def _half_table(self, a: np.ndarray, kind: str) -> HalfTable:
-        rows, cols = a.shape
-        padded = np.zeros((rows, max(8, -(-cols // 8) * 8)), a.dtype)
-        padded[:, :cols] = a
-        return HalfTable(self.cp.asarray(padded), cols, kind)
-
-    def _upload_q8(self, xq: np.ndarray) -> CudaQ8:
-        t, k = xq.shape
-        kp = max(1, -(-k // 64)) * 64
-        padded = np.zeros((t, kp), np.int8)
-        padded[:, :k] = xq
-        xsum = xq.astype(np.int32).sum(axis=1, dtype=np.int32)
-        return CudaQ8(self.cp.asarray(padded), self.cp.asarray(xsum), k)
-
-    def to_host(self, array: Any) -> np.ndarray:
-        if isinstance(array, CudaQ8):
-            return self.cp.asnumpy(array.data)[:, : array.cols]
-        if isinstance(array, HalfTable):
-            values = self.cp.asnumpy(array.data)[:, : array.cols]
-            return bf16_to_f32(values).reshape(values.shape) if array.kind == "bf16" else values
-        return self.cp.asnumpy(array) if hasattr(array, "device") else np.asarray(array)
-
-    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> Any:
-        return self.cp.zeros(shape, dtype=dtype)
-
-    def reshape(self, array: Any, shape: tuple[int, ...]) -> Any:
-        if math.prod(shape) != array.size:
-            raise ShapeError(f"reshape: {tuple(array.shape)} cannot become {tuple(shape)}")
-        return array.reshape(shape)
-
-    def load_ternary(self, weight: TernaryWeight) -> CudaTernary:
-        codes, scales = weight.unpack()
-        return CudaTernary(
-            self.cp.asarray(pack_cuda_ternary(codes)),
-            self.cp.asarray(scales.astype(np.float32)),
-            weight.rows,
-            weight.cols,
-            weight,
-        )
-
-    def _f32(self, x: Any) -> Any:
-        if isinstance(x, (CudaQ8, HalfTable)):
-            raise UnsupportedOperationError("cuda: expected a float32 array")
-        if not hasattr(x, "device"):
-            return self.cp.asarray(np.asarray(x, np.float32))
-        return x if x.dtype == np.float32 else x.astype(np.float32)
-
     # --- ops --------------------------------------------------------------------------
     def embedding(self, table: Any, ids: np.ndarray) -> Any:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        rows = int(table.shape[0])
-        if ids.size and (ids.min() < 0 or ids.max() >= rows):
-            raise ShapeError(f"token id out of range [0, {rows})")
         if not isinstance(table, HalfTable):
             return self._f32(table[self.cp.asarray(ids)])
         got = table.data[self.cp.asarray(ids)][:, : table.cols]
@@ -244,8 +84,6 @@ class CudaProvider(ReferenceProvider):
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> Any:
         x, g = self._f32(x), self._f32(weight)
         d = int(x.shape[-1])
-        if g.size != d:
-            raise ShapeError(f"rmsnorm: weight of {g.size} for rows of {d}")
         x = self.cp.ascontiguousarray(x)
         y = self.cp.empty_like(x)
         rows = x.size // d if d else 0
@@ -255,8 +93,6 @@ class CudaProvider(ReferenceProvider):
 
     def quantize_act(self, x: Any) -> tuple[CudaQ8, Any]:
         x = self.cp.ascontiguousarray(self._f32(x))
-        if x.ndim != 2:
-            raise ShapeError(f"quantize_act expects [T, K] activations, got shape {tuple(x.shape)}")
         t, k = (int(v) for v in x.shape)
         kp = max(1, -(-k // 64)) * 64
         xq = self.cp.empty((t, kp), dtype=np.int8)
@@ -272,11 +108,7 @@ class CudaProvider(ReferenceProvider):
                 np.asarray(xq, dtype=np.int8) if not hasattr(xq, "device") else self.cp.asnumpy(xq)
             )
         xs = self._f32(xscale)
-        t, k = xq.shape
-        if k != weight.cols:
-            raise ShapeError(
-                f"matmul_i2s: activations {(t, k)} do not match weight ({weight.rows}, {weight.cols})"
-            )
+        t = xq.shape[0]
         y = self.cp.empty((t, weight.rows), dtype=np.float32)
         if t and weight.rows:
             self.launch_i2s(weight.words, weight.scales, xq.data, xs, xq.xsum, y, t)
@@ -315,18 +147,11 @@ class CudaProvider(ReferenceProvider):
         """Debug path (no activation quantization): float32 matmul against the expanded weight."""
         if weight.dense is None:
             weight.dense = self.cp.asarray(weight.host.dense())
-        x = self._f32(x)
-        if x.ndim != 2 or x.shape[1] != weight.cols:
-            raise ShapeError(
-                f"matmul: activations {tuple(x.shape)} do not match weight ({weight.rows}, {weight.cols})"
-            )
-        return x @ weight.dense.T
+        return self._f32(x) @ weight.dense.T
 
     def matmul_dense(self, x: Any, table: Any) -> Any:
         x = self.cp.ascontiguousarray(self._f32(x))
-        n, cols = (int(v) for v in table.shape)
-        if x.ndim != 2 or int(x.shape[1]) != cols:
-            raise ShapeError(f"matmul_dense: {tuple(x.shape)} does not match table ({n}, {cols})")
+        n = int(table.shape[0])
         t = int(x.shape[0])
         y = self.cp.empty((t, n), dtype=np.float32)
         if t and n:
@@ -350,13 +175,7 @@ class CudaProvider(ReferenceProvider):
         self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
     ) -> Any:
         x = self.cp.ascontiguousarray(self._f32(x))
-        if x.ndim != 3:
-            raise ShapeError(f"rope expects [T, H, D], got shape {tuple(x.shape)}")
         t, h, d = (int(v) for v in x.shape)
-        if rot_dim > d or rot_dim % 2:
-            raise ShapeError(f"rope: rot_dim {rot_dim} must be even and <= head dim {d}")
-        if style not in ("neox", "norm"):
-            raise UnsupportedOperationError(f"unknown rope style {style!r}")
         y = self.cp.empty_like(x)
         work = t * h * (rot_dim // 2 + d - rot_dim)
         if work:
@@ -380,21 +199,12 @@ class CudaProvider(ReferenceProvider):
 
     def kv_store(self, cache: Any, x: Any, start: int) -> None:
         x = self._f32(x)
-        t = int(x.shape[0])
-        if start < 0 or start + t > cache.shape[0] or tuple(x.shape[1:]) != tuple(cache.shape[1:]):
-            raise ShapeError(
-                f"kv_store: {tuple(x.shape)} at {start} does not fit cache {tuple(cache.shape)}"
-            )
-        cache[start : start + t] = x
+        cache[start : start + int(x.shape[0])] = x
 
     def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> Any:
         q = self.cp.ascontiguousarray(self._f32(q))
         t, hq, d = (int(v) for v in q.shape)
         hkv = int(k_cache.shape[1])
-        if hq % hkv or int(k_cache.shape[2]) != d or start + t > k_cache.shape[0]:
-            raise ShapeError(
-                f"attention: q {tuple(q.shape)} vs cache {tuple(k_cache.shape)} at {start}"
-            )
         if k_cache.dtype != v_cache.dtype or k_cache.dtype not in (np.float32, np.float16):
             raise UnsupportedOperationError(
                 f"attention: K/V caches of {k_cache.dtype}/{v_cache.dtype} (float32 or float16)"
@@ -431,39 +241,13 @@ class CudaProvider(ReferenceProvider):
         return r * r
 
     def silu_mul(self, gate: Any, up: Any) -> Any:
-        self._check_same(gate, up, "silu_mul")
         return self.silu(gate) * self._f32(up)
 
     def relu2_mul(self, gate: Any, up: Any) -> Any:
-        self._check_same(gate, up, "relu2_mul")
         return self.relu2(gate) * self._f32(up)
 
     def add(self, a: Any, b: Any) -> Any:
-        self._check_same(a, b, "add")
         return self._f32(a) + self._f32(b)
 
     def mul(self, a: Any, b: Any) -> Any:
-        self._check_same(a, b, "mul")
         return self._f32(a) * self._f32(b)
-
-    @staticmethod
-    def _check_same(a: Any, b: Any, op: str) -> None:
-        if tuple(np.shape(a)) != tuple(np.shape(b)):
-            raise ShapeError(f"{op}: shapes {tuple(np.shape(a))} and {tuple(np.shape(b))} differ")
-
-
-@dataclass(eq=False)
-class HalfTable:
-    """A float16 or bfloat16 (``kind``) table [rows, cols] on the device.
-
-    ``data`` is [rows, padded] with rows zero-padded to a multiple of 8 values,
-    so the head reads 16 bytes a lane: float16, or uint16 bfloat16 bit patterns.
-    """
-
-    data: Any
-    cols: int
-    kind: str  # "f16" or "bf16"
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (int(self.data.shape[0]), self.cols)

@@ -19,7 +19,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-ENV_DEVICE = "BITNET_OPENCL_DEVICE"
+from bitnet_core.sdk.runtime import RuntimeUnavailable, device_variable, import_runtime
+
+ENV_DEVICE = device_variable("opencl")
 MIN_VERSION = (1, 2)
 
 
@@ -52,6 +54,21 @@ class DeviceInfo:
     def describe(self) -> str:
         return f"{self.name} ({self.platform_name}, {self.kind}, OpenCL {self.address})"
 
+    def details(self) -> dict[str, Any]:
+        """What a probe reports of this device."""
+        ext = self.extensions
+        return {
+            "address": self.address,
+            "platform": self.platform_name,
+            "kind": self.kind,
+            "version": self.version_string,
+            "compute_units": self.compute_units,
+            "global_mem": self.global_mem,
+            "fp64": "cl_khr_fp64" in ext,
+            "subgroups": "cl_khr_subgroups" in ext or "cl_intel_subgroups" in ext,
+            "dot8": "cl_khr_integer_dot_product" in ext,
+        }
+
     def unusable_reason(self) -> str:
         """Why this device cannot run bitnet's kernels at all ("" when it can)."""
         if not self.available:
@@ -68,9 +85,10 @@ class DeviceInfo:
 class Discovery:
     """The result of walking the OpenCL stack: devices found, or the reason none were."""
 
-    def __init__(self, devices: list[DeviceInfo], reason: str = "") -> None:
+    def __init__(self, devices: list[DeviceInfo], reason: str = "", step: str = "device") -> None:
         self.devices = devices
         self.reason = reason
+        self.step = step
 
 
 def _parse_version(text: str) -> tuple[int, int]:
@@ -111,22 +129,17 @@ def _info(cl: Any, pi: int, di: int, platform: Any, dev: Any) -> DeviceInfo:
     )
 
 
-def import_pyopencl() -> tuple[Any, str]:
-    """``(pyopencl module, "")`` or ``(None, reason)``."""
-    try:
-        import pyopencl as cl
-    except ImportError as exc:
-        return None, f"pyopencl is not importable ({exc}); pip install pyopencl"
-    except Exception as exc:  # a broken binary wheel, a missing libOpenCL.so
-        return None, f"pyopencl failed to load ({type(exc).__name__}: {exc})"
-    return cl, ""
+def import_pyopencl() -> Any:
+    """The pyopencl module; ``RuntimeUnavailable`` (step import/loader) when it cannot load."""
+    return import_runtime("pyopencl", "pip install pyopencl")
 
 
 def discover() -> Discovery:
     """Every OpenCL device on every platform (never raises)."""
-    cl, reason = import_pyopencl()
-    if cl is None:
-        return Discovery([], reason)
+    try:
+        cl = import_pyopencl()
+    except RuntimeUnavailable as exc:
+        return Discovery([], str(exc), exc.step)
     try:
         platforms = cl.get_platforms()
     except Exception as exc:
@@ -134,9 +147,12 @@ def discover() -> Discovery:
             [],
             "the OpenCL ICD loader found no platform "
             f"({exc}); install a driver (an ICD in /etc/OpenCL/vendors, e.g. pocl-opencl-icd)",
+            "loader",
         )
     if not platforms:
-        return Discovery([], "the OpenCL ICD loader lists no platform; install an OpenCL driver")
+        return Discovery(
+            [], "the OpenCL ICD loader lists no platform; install an OpenCL driver", "loader"
+        )
     devices: list[DeviceInfo] = []
     errors: list[str] = []
     for pi, platform in enumerate(platforms):

@@ -11,8 +11,6 @@ the op.
 
 from __future__ import annotations
 
-import functools
-import math
 import threading
 import weakref
 from collections import OrderedDict
@@ -21,22 +19,20 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import (
-    BitnetError,
     DeviceUnavailableError,
-    ProviderError,
-    ShapeError,
     UnsupportedOperationError,
 )
-from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
-from bitnet_core.hal.weights import TernaryWeight
+from bitnet_core.hal.provider import Availability, RopeStyle
+from bitnet_core.sdk.arrays import row_split
+from bitnet_core.sdk.attention import AttentionShape
+from bitnet_core.sdk.provider import DeviceProvider
+from bitnet_core.sdk.runtime import never_raises
 
 from .buffers import CLArray
-from .device import DeviceInfo, choose_device, import_pyopencl
+from .device import DeviceInfo, choose_device, discover
+from .memory import OpenCLMemory, cl_op
 from .runtime import Runtime
-from .weights import OpenCLWeight, host_layout
 
-#: Host arrays up to this size are uploaded without blocking (after a private copy).
-ASYNC_UPLOAD_BYTES = 1 << 20
 #: Attention splits the keys in spans of this many when there are more than one
 #: span and fewer (head, query) work-groups than ATTN_SPLIT_BELOW_GROUPS.
 ATTN_SPAN = 256
@@ -44,54 +40,22 @@ ATTN_SPLIT_BELOW_GROUPS = 512
 #: Token counts up to this use the GEMV kernel; larger ones the tiled GEMM.
 GEMV_MAX_TOKENS = 8
 _WG = 64  # default work-group size of the reducing kernels
-_F32 = np.dtype(np.float32)
-
-_HOST_DTYPES = {
-    np.dtype(np.float32): np.float32,
-    np.dtype(np.float64): np.float32,
-    np.dtype(np.float16): np.float16,
-    np.dtype(np.int8): np.int8,
-    np.dtype(np.uint8): np.uint8,
-    np.dtype(np.bool_): np.uint8,
-    np.dtype(np.int32): np.int32,
-    np.dtype(np.int64): np.int32,
-    np.dtype(np.uint32): np.uint32,
-}
-
-
-def _is_cl_error(exc: BaseException) -> bool:
-    cl, _ = import_pyopencl()
-    return cl is not None and isinstance(exc, cl.Error)
-
-
-def _op(fn):
-    """Turn an OpenCL failure inside an op into ``ProviderError("opencl <op>: ...")``."""
-
-    @functools.wraps(fn)
-    def wrapper(self, *args, **kwargs):
-        try:
-            return fn(self, *args, **kwargs)
-        except BitnetError:
-            raise
-        except Exception as exc:
-            if _is_cl_error(exc) or isinstance(exc, MemoryError):
-                raise ProviderError(f"opencl {fn.__name__}: {type(exc).__name__}: {exc}") from exc
-            raise
-
-    return wrapper
 
 
 def _i32(v: int) -> np.int32:
     return np.int32(v)
 
 
-class OpenCLProvider:
+class OpenCLProvider(
+    OpenCLMemory,
+    DeviceProvider,
+    family="opencl",
+    device_kind="gpu",
+    priority=30,
+    aliases=("ocl",),
+    fakeable=True,
+):
     """OpenCL kernels through PyOpenCL on any OpenCL 1.2+ device."""
-
-    name = "opencl"
-    family = "opencl"
-    device_kind = "gpu"
-    priority = PRIORITIES["opencl"]
 
     def __init__(self, device: str | None = None) -> None:
         """``device``: ``"P:D"`` overriding ``BITNET_OPENCL_DEVICE`` (tests, benchmarks)."""
@@ -104,27 +68,16 @@ class OpenCLProvider:
         self._locals: dict[int, Any] = {}
 
     # --- probing and the device ---------------------------------------------
+    @never_raises
     def probe(self, explicit: bool = False) -> Availability:
-        try:
-            info, reason = choose_device(explicit, request=self._request)
-        except Exception as exc:  # never raise from a probe
-            return Availability.no(f"OpenCL probe failed: {type(exc).__name__}: {exc}")
+        found = discover()
+        if not found.devices:
+            return Availability.no(found.reason, found.step)
+        info, reason = choose_device(explicit, request=self._request, discovery=found)
         if info is None:
-            return Availability.no(reason)
+            return Availability.no(reason, "device")
         self._choices[explicit] = info
-        ext = info.extensions
-        return Availability.yes(
-            info.describe(),
-            address=info.address,
-            platform=info.platform_name,
-            kind=info.kind,
-            version=info.version_string,
-            compute_units=info.compute_units,
-            global_mem=info.global_mem,
-            fp64="cl_khr_fp64" in ext,
-            subgroups="cl_khr_subgroups" in ext or "cl_intel_subgroups" in ext,
-            dot8="cl_khr_integer_dot_product" in ext,
-        )
+        return Availability.yes(info.describe(), **info.details())
 
     @property
     def runtime(self) -> Runtime:
@@ -140,17 +93,7 @@ class OpenCLProvider:
                     if not avail.available:
                         raise DeviceUnavailableError(f"opencl: {avail.reason}")
                     info = self._choices[True]
-                cl, reason = import_pyopencl()
-                if cl is None:
-                    raise DeviceUnavailableError(f"opencl: {reason}")
-                try:
-                    self._rt = Runtime(cl, info)
-                except BitnetError:
-                    raise
-                except Exception as exc:
-                    raise ProviderError(
-                        f"opencl: setting up {info.describe()} failed: {type(exc).__name__}: {exc}"
-                    ) from exc
+                self._rt = Runtime.open(info)
             return self._rt
 
     @property
@@ -161,30 +104,7 @@ class OpenCLProvider:
         """Wait for every queued command (benchmarks)."""
         self.runtime.finish()
 
-    def memory_stats(self) -> dict[str, int]:
-        pool = self.runtime.pool
-        return {
-            "allocations": pool.allocations,
-            "reuses": pool.reuses,
-            "cached_bytes": pool.cached_bytes,
-        }
-
     # --- helpers --------------------------------------------------------------
-    def _alloc(self, shape: tuple[int, ...], dtype: Any = _F32) -> CLArray:
-        dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
-        nbytes = math.prod(shape) * dtype.itemsize
-        return CLArray(self.runtime.pool.acquire(nbytes), tuple(shape), dtype)
-
-    def _dev(self, x: Any, what: str, dtype: Any = np.float32) -> CLArray:
-        """A ``CLArray`` of ``dtype`` (uploading a host array; checking a device one)."""
-        if not isinstance(x, CLArray):
-            x = self.to_device(np.asarray(x, dtype=dtype))
-        if x.dtype != np.dtype(dtype):
-            raise UnsupportedOperationError(
-                f"opencl {what}: expects {np.dtype(dtype).name} arrays, got {x.dtype.name}"
-            )
-        return x
-
     def _run(self, name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
         rt = self.runtime
         with rt.launch_lock:  # a kernel object's arguments are shared state
@@ -197,89 +117,9 @@ class OpenCLProvider:
         grid = (-(-n // rows_per_group) * wg, groups1)
         self._run(name, grid, (wg, 1), *args, _i32(lanes), self._local(wg * item))
 
-    def _local(self, nbytes: int) -> Any:
-        """A local-memory kernel argument of ``nbytes`` (descriptors are reused)."""
-        nbytes = max(4, int(nbytes))
-        mem = self._locals.get(nbytes)
-        if mem is None:
-            mem = self._locals[nbytes] = self.runtime.cl.LocalMemory(nbytes)
-        return mem
-
     # --- memory ---------------------------------------------------------------
-    @_op
-    def to_device(self, array: Any) -> CLArray:
-        if isinstance(array, CLArray):
-            return array
-        host = np.asarray(array)
-        target = _HOST_DTYPES.get(host.dtype)
-        if target is None:
-            raise UnsupportedOperationError(f"opencl to_device: dtype {host.dtype} not supported")
-        if (
-            host.dtype == np.int64
-            and host.size
-            and (host.min() < np.iinfo(np.int32).min or host.max() > np.iinfo(np.int32).max)
-        ):
-            raise UnsupportedOperationError("opencl to_device: int64 values exceed int32")
-        small = host.nbytes <= ASYNC_UPLOAD_BYTES
-        # small arrays (token ids, rope tables, norms) are copied to a private
-        # host array and uploaded without waiting for the queue to drain
-        host = np.array(host, dtype=target, order="C", copy=True) if small else (
-            np.ascontiguousarray(host, dtype=target)
-        )  # fmt: skip
-        out = self._alloc(host.shape, host.dtype)
-        if host.size:
-            rt = self.runtime
-            evt = rt.cl.enqueue_copy(rt.queue, out.buffer, host, is_blocking=not small)
-            if small:
-                out._block.pending = evt
-        return out
-
-    @_op
-    def to_host(self, array: Any) -> np.ndarray:
-        if not isinstance(array, CLArray):
-            return np.asarray(array)
-        out = np.empty(array.shape, dtype=array.dtype)
-        if out.size:
-            self.runtime.cl.enqueue_copy(self.runtime.queue, out, array.buffer, is_blocking=True)
-        return out
-
-    @_op
-    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> CLArray:
-        shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
-        if any(s < 0 for s in shape):
-            raise ShapeError(f"opencl empty: negative dimension in {shape}")
-        dtype = np.dtype(dtype)
-        if dtype not in _HOST_DTYPES or _HOST_DTYPES[dtype] != dtype.type:
-            raise UnsupportedOperationError(f"opencl empty: dtype {dtype} not supported")
-        out = self._alloc(shape, dtype)
-        rt = self.runtime
-        rt.cl.enqueue_fill_buffer(rt.queue, out.buffer, np.uint8(0), 0, out._block.size)
-        return out
-
-    def reshape(self, array: Any, shape: tuple[int, ...]) -> CLArray:
-        """A row-major view of ``array`` with another shape (same buffer, no copy)."""
-        if not isinstance(array, CLArray):
-            array = self.to_device(np.asarray(array))
-        return array.reshape(tuple(shape))
-
-    @_op
-    def load_ternary(self, weight: TernaryWeight) -> OpenCLWeight:
-        packed, scales = host_layout(weight)
-        rt = self.runtime
-        cl = rt.cl
-        flags = cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR
-        if packed.size == 0:  # zero rows: OpenCL has no empty buffers
-            packed, scales = np.zeros(16, np.uint8), np.zeros(1, np.float32)
-        return OpenCLWeight(
-            weight.name,
-            weight.rows,
-            weight.cols,
-            cl.Buffer(rt.context, flags, hostbuf=packed),
-            cl.Buffer(rt.context, flags, hostbuf=scales),
-        )
-
     # --- ops ------------------------------------------------------------------
-    @_op
+    @cl_op
     def embedding(self, table: Any, ids: np.ndarray) -> CLArray:
         if isinstance(ids, CLArray):
             ids = self.to_host(ids)
@@ -290,9 +130,7 @@ class OpenCLProvider:
             raise UnsupportedOperationError(
                 f"opencl embedding: table must be 2-D float32/float16, got {table.shape} {table.dtype}"
             )
-        v, k = table.shape
-        if ids.size and (ids.min() < 0 or ids.max() >= v):
-            raise ShapeError(f"token id out of range [0, {v})")
+        k = table.shape[1]
         out = self._alloc((ids.size, k))
         if ids.size and k:
             dev_ids = self.to_device(ids.astype(np.int32))
@@ -300,14 +138,10 @@ class OpenCLProvider:
             self._run(name, (k, ids.size), None, table.buffer, dev_ids.buffer, out.buffer, _i32(k))
         return out
 
-    @_op
+    @cl_op
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> CLArray:
-        x = self._dev(x, "rmsnorm")
-        w = self._dev(weight, "rmsnorm")
-        if x.ndim < 1 or w.shape != (x.shape[-1],):
-            raise ShapeError(f"rmsnorm: weight {w.shape} does not match activations {x.shape}")
-        k = x.shape[-1]
-        rows = x.size // k if k else 0
+        x, w = self._dev(x, "rmsnorm"), self._dev(weight, "rmsnorm")
+        rows, k = row_split(x.shape)
         out = self._alloc(x.shape)
         if rows and k:
             rt = self.runtime
@@ -319,11 +153,9 @@ class OpenCLProvider:
             )  # fmt: skip
         return out
 
-    @_op
+    @cl_op
     def quantize_act(self, x: Any) -> tuple[CLArray, CLArray]:
         x = self._dev(x, "quantize_act")
-        if x.ndim != 2:
-            raise ShapeError(f"quantize_act expects [T, K] activations, got shape {x.shape}")
         t, k = x.shape
         xq = self._alloc((t, k), np.int8)
         xs = self._alloc((t,), np.float32)
@@ -335,25 +167,12 @@ class OpenCLProvider:
             )  # fmt: skip
         return xq, xs
 
-    def _check_weight(self, weight: Any, what: str) -> OpenCLWeight:
-        if not isinstance(weight, OpenCLWeight):
-            if isinstance(weight, TernaryWeight):
-                return self.load_ternary(weight)
-            raise UnsupportedOperationError(
-                f"opencl {what}: weight must come from load_ternary, got {type(weight).__name__}"
-            )
-        return weight
-
-    @_op
+    @cl_op
     def matmul_i2s(self, xq: Any, xscale: Any, weight: Any) -> CLArray:
         w = self._check_weight(weight, "matmul_i2s")
         xq = self._dev(xq, "matmul_i2s", np.int8)
         xs = self._dev(xscale, "matmul_i2s", np.float32)
-        if xq.ndim != 2 or xq.shape[1] != w.cols:
-            raise ShapeError(f"matmul_i2s: activations {xq.shape} do not match weight {w.shape}")
         t = xq.shape[0]
-        if xs.shape != (t,):
-            raise ShapeError(f"matmul_i2s: scales {xs.shape} do not match activations {xq.shape}")
         n, k = w.rows, w.cols
         out = self._alloc((t, n))
         if not (t and n):
@@ -367,7 +186,7 @@ class OpenCLProvider:
             self._rows("gemv_i2s", n, t, w.blocks_per_row, 4, *args, _i32(n), _i32(k))
         return out
 
-    @_op
+    @cl_op
     def linear(self, x: Any, weight: Any) -> CLArray:
         """``quantize_act`` then ``matmul_i2s``. The quantized activations of the last
         input are remembered, so q/k/v (and gate/up) of one ``h`` quantize it once."""
@@ -379,12 +198,10 @@ class OpenCLProvider:
             self._last_quant = (weakref.ref(x), xq, xs) if isinstance(x, CLArray) else None
         return self.matmul_i2s(xq, xs, weight)
 
-    @_op
+    @cl_op
     def matmul_ternary_float(self, x: Any, weight: Any) -> CLArray:
         w = self._check_weight(weight, "matmul_ternary_float")
         x = self._dev(x, "matmul_ternary_float")
-        if x.ndim != 2 or x.shape[1] != w.cols:
-            raise ShapeError(f"matmul: activations {x.shape} do not match weight {w.shape}")
         t, n = x.shape[0], w.rows
         out = self._alloc((t, n))
         if t and n:
@@ -394,15 +211,13 @@ class OpenCLProvider:
             )  # fmt: skip
         return out
 
-    @_op
+    @cl_op
     def matmul_dense(self, x: Any, table: Any) -> CLArray:
         x = self._dev(x, "matmul_dense")
         if not isinstance(table, CLArray):
             table = self.to_device(np.asarray(table))
         if table.dtype not in (np.float32, np.float16):
             raise UnsupportedOperationError(f"opencl matmul_dense: table dtype {table.dtype}")
-        if x.ndim != 2 or table.ndim != 2 or x.shape[1] != table.shape[1]:
-            raise ShapeError(f"matmul_dense: {x.shape} does not match table {table.shape}")
         t, (n, k) = x.shape[0], table.shape
         out = self._alloc((t, n))
         if t and n:
@@ -413,58 +228,15 @@ class OpenCLProvider:
             )  # fmt: skip
         return out
 
-    def _rope_table(self, positions: np.ndarray, theta: float, rot_dim: int) -> tuple[CLArray, int]:
-        """``(table, pos0)``: cos/sin rows for ``positions`` start at row ``pos0``.
-
-        Ascending runs of positions (every prefill and decode step) index one
-        table of positions ``0..P`` per (theta, rot_dim), grown by doubling, so a
-        decode step uploads nothing; other position sets get a table of their own.
-        The angles are float64 on the host, as in the reference."""
-        half = rot_dim // 2
-        inv_freq = float(theta) ** (-np.arange(half, dtype=np.float64) * 2.0 / rot_dim)
-
-        def upload(pos: np.ndarray) -> CLArray:
-            ang = pos.astype(np.float64)[:, None] * inv_freq[None, :]
-            return self.to_device(np.stack([np.cos(ang), np.sin(ang)], axis=-1).astype(np.float32))
-
-        p0 = int(positions[0]) if positions.size else 0
-        contiguous = positions.size > 0 and p0 >= 0 and bool(np.all(np.diff(positions) == 1))
-        if contiguous:
-            key = ("range", float(theta), int(rot_dim))
-            need = p0 + positions.size
-            table = self._rope_tables.get(key)
-            if table is None or table.shape[0] < need:
-                size = max(need, 2 * (table.shape[0] if table is not None else 256))
-                table = upload(np.arange(size))
-                self._rope_tables[key] = table
-            return table, p0
-        key = (positions.tobytes(), float(theta), int(rot_dim))
-        table = self._rope_tables.get(key)
-        if table is None:
-            table = upload(positions)
-            self._rope_tables[key] = table
-            if len(self._rope_tables) > 16:
-                self._rope_tables.popitem(last=False)
-        self._rope_tables.move_to_end(key)
-        return table, 0
-
-    @_op
+    @cl_op
     def rope(
         self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
     ) -> CLArray:
         x = self._dev(x, "rope")
-        if x.ndim != 3:
-            raise ShapeError(f"rope expects [T, H, D], got shape {x.shape}")
         t, h, d = x.shape
-        if rot_dim > d or rot_dim % 2 or rot_dim < 0:
-            raise ShapeError(f"rope: rot_dim {rot_dim} must be even and <= head dim {d}")
-        if style not in ("neox", "norm"):
-            raise UnsupportedOperationError(f"unknown rope style {style!r}")
         if isinstance(positions, CLArray):
             positions = self.to_host(positions)
         positions = np.asarray(positions).reshape(-1)
-        if positions.size != t:
-            raise ShapeError(f"rope: {positions.size} positions for {t} tokens")
         out = self._alloc(x.shape)
         if x.size:
             cs, pos0 = self._rope_table(positions, theta, max(rot_dim, 2))
@@ -474,14 +246,12 @@ class OpenCLProvider:
             )  # fmt: skip
         return out
 
-    @_op
+    @cl_op
     def kv_store(self, cache: Any, x: Any, start: int) -> None:
         if not isinstance(cache, CLArray):
             raise UnsupportedOperationError("opencl kv_store: the cache must come from empty()")
         x = self._dev(x, "kv_store", cache.dtype)
         t = x.shape[0] if x.ndim else 0
-        if start < 0 or start + t > cache.shape[0] or x.shape[1:] != cache.shape[1:]:
-            raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
         self._last_quant = None  # the only op that writes into an existing array
         if x.size:
             row = x.nbytes // t
@@ -490,22 +260,15 @@ class OpenCLProvider:
                 rt.queue, cache.buffer, x.buffer, byte_count=x.nbytes, dst_offset=start * row
             )
 
-    @_op
+    @cl_op
     def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> CLArray:
-        q = self._dev(q, "attention")
-        kc = self._dev(k_cache, "attention")
-        vc = self._dev(v_cache, "attention")
-        if q.ndim != 3 or kc.ndim != 3 or vc.shape != kc.shape:
-            raise ShapeError(f"attention: q {q.shape} vs caches {kc.shape} / {vc.shape}")
-        t, hq, d = q.shape
-        hkv = kc.shape[1]
-        if hkv == 0 or hq % hkv or kc.shape[2] != d or start < 0 or start + t > kc.shape[0]:
-            raise ShapeError(f"attention: q {q.shape} vs cache {kc.shape} at {start}")
+        q, kc, vc = (self._dev(a, "attention") for a in (q, k_cache, v_cache))
+        geo = AttentionShape.of(q, kc, start)
         out = self._alloc(q.shape)
         if not q.size:
             return out
-        scale = np.float32(1.0 / math.sqrt(d))
-        n_max = start + t
+        t, hq, hkv, d = geo.tokens, geo.heads, geo.kv_heads, geo.dim
+        scale, n_max = np.float32(geo.scale), geo.keys
         splits = -(-n_max // ATTN_SPAN)
         if splits > 1 and hq * t < ATTN_SPLIT_BELOW_GROUPS:
             # few (head, query) work-groups over many keys: split the keys
@@ -542,46 +305,38 @@ class OpenCLProvider:
     def _binary(self, name: str, a: Any, b: Any, broadcast: bool) -> CLArray:
         a = self._dev(a, name)
         b = self._dev(b, name)
-        if a.shape != b.shape:
-            trailing = b.ndim <= a.ndim and a.shape[a.ndim - b.ndim :] == b.shape
-            if not (broadcast and trailing):
-                raise ShapeError(f"{name}: shapes {a.shape} and {b.shape} do not match")
+        if a.shape != b.shape and a.shape[a.ndim - b.ndim :] != b.shape:
+            raise UnsupportedOperationError(
+                f"opencl {name}: {b.shape} must broadcast over {a.shape}"
+            )
         out = self._alloc(a.shape)
         if a.size:
             extra = (_i32(b.size),) if broadcast else ()
             self._run(name, (a.size,), None, a.buffer, b.buffer, out.buffer, *extra)
         return out
 
-    @_op
+    @cl_op
     def silu(self, x: Any) -> CLArray:
         return self._unary("silu", x)
 
-    @_op
+    @cl_op
     def relu2(self, x: Any) -> CLArray:
         return self._unary("relu2", x)
 
-    @_op
+    @cl_op
     def silu_mul(self, gate: Any, up: Any) -> CLArray:
         return self._binary("silu_mul", gate, up, broadcast=False)
 
-    @_op
+    @cl_op
     def relu2_mul(self, gate: Any, up: Any) -> CLArray:
         return self._binary("relu2_mul", gate, up, broadcast=False)
 
-    @_op
+    @cl_op
     def add(self, a: Any, b: Any) -> CLArray:
         """``a + b``; ``b`` may broadcast over ``a``'s leading dimensions."""
         return self._binary("add", a, b, broadcast=True)
 
-    @_op
+    @cl_op
     def mul(self, a: Any, b: Any) -> CLArray:
         """``a * b``; ``b`` may broadcast over ``a``'s leading dimensions."""
         return self._binary("mul", a, b, broadcast=True)
-
-    def quantize(self, x: Any, qtype: str) -> Any:
-        """Quantize float weights to a packed ternary format on the host (``bitnet_core.formats``)."""
-        from bitnet_core.providers.reference import ReferenceProvider
-
-        if isinstance(x, CLArray):
-            x = self.to_host(x)
-        return ReferenceProvider().quantize(np.asarray(x, dtype=np.float32), qtype)

@@ -6,10 +6,11 @@ import os
 import threading
 from typing import Any
 
-from bitnet_core.errors import ConfigError
+from bitnet_core.errors import BitnetError, ConfigError, ProviderError
+from bitnet_core.hal.switches import env_int
 
 from .buffers import DEFAULT_POOL_LIMIT, BufferPool
-from .device import DeviceInfo
+from .device import DeviceInfo, import_pyopencl
 from .program import Features, build_program, detect_features
 
 ENV_POOL_MB = "BITNET_OPENCL_POOL_MB"
@@ -17,16 +18,7 @@ ENV_GEMV = "BITNET_OPENCL_GEMV"
 
 
 def _pool_limit() -> int:
-    raw = os.environ.get(ENV_POOL_MB, "").strip()
-    if not raw:
-        return DEFAULT_POOL_LIMIT
-    try:
-        mb = int(raw)
-    except ValueError:
-        raise ConfigError(f"{ENV_POOL_MB}={raw!r} is not a whole number of MiB") from None
-    if mb < 0:
-        raise ConfigError(f"{ENV_POOL_MB}={raw!r} must be >= 0")
-    return mb << 20
+    return env_int(ENV_POOL_MB, DEFAULT_POOL_LIMIT >> 20) << 20
 
 
 def pow2_floor(n: int) -> int:
@@ -35,6 +27,19 @@ def pow2_floor(n: int) -> int:
 
 class Runtime:
     """Everything bound to the chosen device; created once per provider, on first use."""
+
+    @classmethod
+    def open(cls, info: DeviceInfo) -> Runtime:
+        """The runtime of ``info``; ``ProviderError`` naming the device when set-up fails."""
+        cl = import_pyopencl()
+        try:
+            return cls(cl, info)
+        except BitnetError:
+            raise
+        except Exception as exc:
+            raise ProviderError(
+                f"opencl: setting up {info.describe()} failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def __init__(self, cl: Any, info: DeviceInfo, features: Features | None = None) -> None:
         """``features`` replaces the detected ones (tests of other kernel variants)."""

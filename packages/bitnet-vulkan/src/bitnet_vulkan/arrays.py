@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import ShapeError
+from bitnet_core.sdk.arrays import DeviceArray, reshaped
 
 from .context import Buffer
 
@@ -48,10 +49,10 @@ def device_nbytes(dtype: np.dtype, shape: tuple[int, ...]) -> int:
     return int(math.prod(shape)) * dtype.itemsize
 
 
-class VulkanArray:
+class VulkanArray(DeviceArray):
     """An array resident in a Vulkan buffer (what the provider's ops take and return)."""
 
-    __slots__ = ("lease", "shape", "dtype")
+    __slots__ = ("lease",)
 
     def __init__(self, lease: Lease, shape: tuple[int, ...], dtype: Any) -> None:
         self.lease = lease
@@ -63,39 +64,15 @@ class VulkanArray:
         return self.lease.buffer
 
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(math.prod(self.shape))
-
-    @property
     def nbytes(self) -> int:
         return device_nbytes(self.dtype, self.shape)
 
     def reshape(self, *shape: Any) -> VulkanArray:
         """A view of the same buffer with another row-major shape (one ``-1`` allowed)."""
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
-            shape = tuple(shape[0])
-        dims = [int(s) for s in shape]
-        if dims.count(-1) > 1:
-            raise ShapeError("reshape: at most one -1")
-        if -1 in dims:
-            known = math.prod(d for d in dims if d != -1)
-            dims[dims.index(-1)] = self.size // known if known else 0
-        if math.prod(dims) != self.size:
-            raise ShapeError(f"cannot reshape {self.shape} to {tuple(shape)}")
-        if (
-            self.dtype == np.int8
-            and (self.ndim == 2 or len(dims) == 2)
-            and tuple(dims) != self.shape
-        ):
+        dims = reshaped(self.shape, shape)
+        if self.dtype == np.int8 and (self.ndim == 2 or len(dims) == 2) and dims != self.shape:
             raise ShapeError("int8 device matrices have padded rows and cannot be reshaped")
-        return VulkanArray(self.lease, tuple(dims), self.dtype)
-
-    def __repr__(self) -> str:
-        return f"VulkanArray(shape={self.shape}, dtype={self.dtype})"
+        return VulkanArray(self.lease, dims, self.dtype)
 
 
 class VulkanWeight:

@@ -13,13 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bitnet_core.errors import ConfigError
+from bitnet_core.sdk.runtime import device_variable
 
 from . import vkapi
 
 # VkPhysicalDeviceType values
 TYPE_NAMES = {0: "other", 1: "integrated-gpu", 2: "discrete-gpu", 3: "virtual-gpu", 4: "cpu"}
 RANK = {"discrete-gpu": 0, "integrated-gpu": 1, "virtual-gpu": 2, "other": 3, "cpu": 4}
-ENV_DEVICE = "BITNET_VULKAN_DEVICE"
+ENV_DEVICE = device_variable("vulkan")
 
 
 @dataclass
@@ -46,6 +47,14 @@ class DeviceInfo:
     def describe(self) -> str:
         major, minor, patch = self.api_version
         return f"{self.name} ({self.type}, Vulkan {major}.{minor}.{patch})"
+
+    def details(self) -> dict[str, Any]:
+        """What a probe reports of this device."""
+        return {
+            "device_index": self.index,
+            "device_type": self.type,
+            "unified_memory": self.unified_memory,
+        }
 
 
 def choose(devices: list[DeviceInfo], explicit: bool, env: str | None = None) -> DeviceInfo:

@@ -16,47 +16,43 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import (
-    BitnetError,
     ProviderError,
     ShapeError,
     UnsupportedOperationError,
 )
-from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
-from bitnet_core.hal.weights import TernaryWeight
+from bitnet_core.hal.provider import Availability, RopeStyle
+from bitnet_core.sdk.arrays import row_split
+from bitnet_core.sdk.attention import AttentionShape
+from bitnet_core.sdk.elementwise import ELEMENTWISE_OPS, ElementwiseOps
+from bitnet_core.sdk.provider import DeviceProvider
+from bitnet_core.sdk.runtime import never_raises
 
 from . import vkapi
 from ._version import __version__
-from .arrays import Lease, VulkanArray, VulkanWeight, device_nbytes, padded_cols
+from .arrays import VulkanArray, VulkanWeight, padded_cols
 from .context import VulkanContext
 from .devices import ENV_DEVICE
+from .launch import VulkanLaunch, pow2_at_least
+from .memory import VulkanMemory
 from .pipelines import PipelineCache, spirv_modules
 from .stream import CommandStream, pack_push
 
 ACT_EPS = 1e-5
-#: matmul threads a row x rows a workgroup: GPUs (warp-sized rows) and CPU devices (lavapipe)
-MATMUL_GPU = (32, 4)
-MATMUL_CPU = (8, 16)
-#: workgroup size of the subgroup-reduced matmuls (one subgroup a row)
-MATMUL_SG_GPU, MATMUL_SG_CPU = 128, 64
-SG_TOKENS_PER_PASS = 4  # TOKENS_PER_PASS in matmul_i2s.comp (subgroup variants)
 ELEMENTWISE_WG = 256
-#: CPU devices (lavapipe) pay per workgroup: a few large ones, each looping, run faster.
-CPU_DEVICE_GROUPS = int(os.environ.get("BITNET_VULKAN_CPU_GROUPS", "64"))
 ATTENTION_SLOTS = 4  # MAX_SLOTS in attention.comp
-ELEMENTWISE_OPS = {"silu": 0, "relu2": 1, "silu_mul": 2, "relu2_mul": 3, "add": 4, "mul": 5}
 
 
-def _pow2_at_least(n: int, lo: int, hi: int) -> int:
-    return max(lo, min(hi, 1 << max(int(n) - 1, 0).bit_length()))
-
-
-class VulkanProvider:
+class VulkanProvider(
+    VulkanMemory,
+    VulkanLaunch,
+    ElementwiseOps,
+    DeviceProvider,
+    family="vulkan",
+    device_kind="gpu",
+    priority=40,
+    fakeable=True,
+):
     """Ternary BitNet kernels on one Vulkan device."""
-
-    name = "vulkan"
-    family = "vulkan"
-    device_kind = "gpu"
-    priority = PRIORITIES["vulkan"]
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -67,39 +63,29 @@ class VulkanProvider:
         self._quant_memo: tuple | None = None  # (x, epoch, xq, xs) of the last linear
 
     # --- probe and lifetime -----------------------------------------------------
+    @never_raises
     def probe(self, explicit: bool = False) -> Availability:
-        """Shaders built, loader loads, instance, a device with a compute queue; never raises."""
+        """Shaders built, loader loads, instance, a device with a compute queue."""
         try:
             spirv_modules()
         except ProviderError as exc:
-            return Availability.no(str(exc), step="shaders")
-        try:
-            vkapi.load()
-        except ProviderError as exc:
-            return Availability.no(str(exc), step="loader")
-        try:
-            with self._lock:
-                if self._ctx is None:
-                    self._ctx = self._create(explicit)
-                    self._explicit = explicit
-                ctx = self._ctx
-                if not explicit and ctx.info.is_cpu and not os.environ.get(ENV_DEVICE):
-                    return Availability.no(
-                        f"only a CPU Vulkan device ({ctx.info.describe()}); ask for it with "
-                        f"--device vulkan or {ENV_DEVICE}={ctx.info.index}",
-                        step="device",
-                    )
-        except BitnetError as exc:
-            return Availability.no(str(exc), step=getattr(exc, "step", "device"))
-        except Exception as exc:  # a probe must never raise
-            return Availability.no(f"{type(exc).__name__}: {exc}", step="device")
+            return Availability.no(str(exc), step="kernels")
+        vkapi.load()
+        with self._lock:
+            if self._ctx is None:
+                self._ctx = self._create(explicit)
+                self._explicit = explicit
+            ctx = self._ctx
         info = ctx.info
+        if not explicit and info.is_cpu and not os.environ.get(ENV_DEVICE):
+            return Availability.no(
+                f"only a CPU Vulkan device ({info.describe()}); ask for it with "
+                f"--device vulkan or {ENV_DEVICE}={info.index}",
+            )
         return Availability.yes(
             info.describe(),
-            device_index=info.index,
-            device_type=info.type,
+            **info.details(),
             integer_dot_product=ctx.use_int_dot,
-            unified_memory=info.unified_memory,
             bitnet_vulkan=__version__,
         )
 
@@ -148,33 +134,6 @@ class VulkanProvider:
                 ctx.close()
 
     # --- helpers -------------------------------------------------------------------
-    def _new(self, shape: tuple[int, ...], dtype: Any = np.float32) -> VulkanArray:
-        dtype = np.dtype(dtype)
-        buf = self.stream.acquire(device_nbytes(dtype, shape))
-        return VulkanArray(Lease(self.stream, buf), shape, dtype)
-
-    def _dev(self, x: Any, op: str, dtype: Any = np.float32) -> VulkanArray:
-        """``x`` as a device array of ``dtype`` (host arrays are uploaded, for convenience)."""
-        if not isinstance(x, VulkanArray):
-            if isinstance(x, VulkanWeight):
-                raise ShapeError(f"{op}: got a ternary weight where an array is expected")
-            x = self.to_device(np.asarray(x, dtype=dtype))
-        if x.dtype != np.dtype(dtype):
-            raise UnsupportedOperationError(
-                f"{op}: expects {np.dtype(dtype)} arrays, got {x.dtype}"
-            )
-        return x
-
-    def _table(self, x: Any, op: str) -> VulkanArray:
-        if not isinstance(x, VulkanArray):
-            arr = np.asarray(x)
-            x = self.to_device(arr if arr.dtype == np.float16 else arr.astype(np.float32))
-        if x.dtype not in (np.float16, np.float32) or x.ndim != 2:
-            raise UnsupportedOperationError(
-                f"{op}: tables must be 2-D float16/float32, got {x.dtype} {x.shape}"
-            )
-        return x
-
     def _run(
         self,
         shader: str,
@@ -187,102 +146,12 @@ class VulkanProvider:
         bufs = [b.buffer if isinstance(b, VulkanArray) else b.buffer for b in buffers]
         self.stream.dispatch(pipe, bufs, push, groups)
 
-    def _row_launch(self, shader: str, rows: int, cols: int):
-        """(variant, workgroups, specialization) of a one-row-at-a-time shader (rmsnorm, quantize)."""
-        ctx = self.context
-        if ctx.use_subgroup:
-            wg = MATMUL_SG_CPU if ctx.info.is_cpu else MATMUL_SG_GPU
-            per_group = max(1, wg // max(ctx.info.subgroup_size, 1))
-            return shader + "_sg", (self._groups(rows, per_group), 1, 1), (wg,)
-        return shader, (self._groups(rows, 1), 1, 1), (_pow2_at_least(cols, 32, 256),)
-
-    def _groups(self, n: int, per_group: int) -> int:
-        """Workgroups for ``n`` items (the shaders loop over the rest): few on CPU devices."""
-        info = self.context.info
-        cap = CPU_DEVICE_GROUPS if info.is_cpu else info.limits["max_workgroup_count_x"]
-        return max(1, min(-(-n // per_group), cap))
-
     # --- memory -----------------------------------------------------------------------
-    def to_device(self, array: np.ndarray) -> VulkanArray:
-        """Upload a host array (float64 becomes float32; 1-D float16 too; int8 rows padded)."""
-        a = np.asarray(array)
-        if a.dtype == np.float64 or (a.dtype == np.float16 and a.ndim != 2):
-            a = a.astype(np.float32)
-        elif a.dtype == np.int64:
-            a = a.astype(np.int32)
-        elif a.dtype.kind not in "fiub":
-            raise UnsupportedOperationError(f"to_device: unsupported dtype {a.dtype}")
-        out_shape = a.shape
-        if a.dtype == np.int8 and a.ndim == 2:
-            padded = np.zeros((a.shape[0], padded_cols(a.dtype, a.shape)), dtype=np.int8)
-            padded[:, : a.shape[1]] = a
-            a = padded
-        a = np.ascontiguousarray(a)
-        stream = self.stream
-        if a.nbytes >= (1 << 20):  # big (weights, tables): a buffer of its own
-            buf = stream.allocate_exact(a.nbytes)
-        else:
-            buf = stream.acquire(a.nbytes, host_write=True)
-        stream.upload(buf, a)
-        return VulkanArray(Lease(stream, buf), out_shape, a.dtype)
-
-    def to_host(self, array: Any) -> np.ndarray:
-        """Download a device array (runs everything recorded so far)."""
-        if not isinstance(array, VulkanArray):
-            return np.asarray(array)
-        raw = self.stream.download(array.buffer, array.nbytes)
-        if array.dtype == np.int8 and array.ndim == 2:
-            rows, cols = array.shape
-            return (
-                raw.view(np.int8)
-                .reshape(rows, padded_cols(array.dtype, array.shape))[:, :cols]
-                .copy()
-            )
-        return raw.view(array.dtype).reshape(array.shape)
-
-    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> VulkanArray:
-        """A zero-filled device array."""
-        shape = tuple(int(s) for s in shape)
-        out = self._new(shape, dtype)
-        self.stream.fill_zero(out.buffer, out.nbytes)
-        return out
-
-    def reshape(self, x: VulkanArray, shape: tuple[int, ...]) -> VulkanArray:
-        return self._dev(
-            x, "reshape", x.dtype if isinstance(x, VulkanArray) else np.float32
-        ).reshape(shape)
-
-    def load_ternary(self, weight: TernaryWeight) -> VulkanWeight:
-        """Upload as 2-bit codes (16 a uint32 word, rows padded with zero codes) and scales."""
-        rows, cols = int(weight.rows), int(weight.cols)
-        codes, scales = weight.unpack()
-        from bitnet_core.hal.weights import pack_i2
-
-        packed = pack_i2(codes)  # [rows, ceil(cols / 4)] bytes
-        words = max(1, -(-cols // 16))
-        padded = np.full((rows, 4 * words), 0x55, dtype=np.uint8)  # 0x55: four zero codes
-        padded[:, : packed.shape[1]] = packed
-        tail = cols % 4
-        if tail:  # the last byte's unused codes: zero too
-            last = padded[:, packed.shape[1] - 1]
-            keep = (1 << (2 * tail)) - 1
-            padded[:, packed.shape[1] - 1] = (last & keep) | (0x55 & ~keep & 0xFF)
-        stream = self.stream
-        wbuf = stream.allocate_exact(padded.nbytes)
-        stream.upload(wbuf, padded)
-        sbuf = stream.allocate_exact(max(rows, 1) * 4)
-        stream.upload(sbuf, np.asarray(scales, dtype=np.float32))
-        return VulkanWeight(
-            weight.name, rows, cols, words, Lease(stream, wbuf), Lease(stream, sbuf)
-        )
-
     # --- ops ---------------------------------------------------------------------------
     def embedding(self, table: Any, ids: np.ndarray) -> VulkanArray:
         table = self._table(table, "embedding")
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        vocab, cols = table.shape
-        if ids.size and (ids.min() < 0 or ids.max() >= vocab):
-            raise ShapeError(f"token id out of range [0, {vocab})")
+        cols = table.shape[1]
         out = self._new((ids.size, cols))
         if out.size == 0:
             return out
@@ -298,12 +167,8 @@ class VulkanProvider:
         return out
 
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> VulkanArray:
-        x = self._dev(x, "rmsnorm")
-        weight = self._dev(weight, "rmsnorm")
-        cols = x.shape[-1] if x.ndim else 1
-        if weight.size != cols:
-            raise ShapeError(f"rmsnorm: weight {weight.shape} does not match {x.shape}")
-        rows = x.size // cols if cols else 0
+        x, weight = self._dev(x, "rmsnorm"), self._dev(weight, "rmsnorm")
+        rows, cols = row_split(x.shape)
         out = self._new(x.shape)
         if rows == 0 or cols == 0:
             return out
@@ -313,8 +178,6 @@ class VulkanProvider:
 
     def quantize_act(self, x: Any) -> tuple[VulkanArray, VulkanArray]:
         x = self._dev(x, "quantize_act")
-        if x.ndim != 2:
-            raise ShapeError(f"quantize_act expects [T, K] activations, got shape {x.shape}")
         rows, cols = x.shape
         xq = self._new((rows, cols), np.int8)
         xs = self._new((rows,), np.float32)
@@ -325,56 +188,12 @@ class VulkanProvider:
         self._run(shader, [x, xq, xs], pack_push("III", rows, cols, words), groups, spec)
         return xq, xs
 
-    @property
-    def _matmul_cfg(self) -> tuple[int, int]:
-        return MATMUL_CPU if self.context.info.is_cpu else MATMUL_GPU
-
-    def _plain_groups(self, rows: int, tokens: int) -> tuple[int, int, int]:
-        """Workgroups of a shared-memory matmul (``_matmul_cfg`` rows each)."""
-        ctx = self.context
-        lim = ctx.info.limits
-        cap = CPU_DEVICE_GROUPS if ctx.info.is_cpu else lim["max_workgroup_count_x"]
-        return (
-            max(1, min(-(-rows // self._matmul_cfg[1]), cap)),
-            max(1, min(tokens, lim["max_workgroup_count_y"])),
-            1,
-        )
-
-    def _matmul_launch(self, shader: str, rows: int, tokens: int, extra: tuple[int, ...] = ()):
-        """(shader variant, workgroups, specialization constants) of a matmul over ``rows``."""
-        ctx = self.context
-        lim = ctx.info.limits
-        cap = CPU_DEVICE_GROUPS if ctx.info.is_cpu else lim["max_workgroup_count_x"]
-        if ctx.use_subgroup:
-            wg = MATMUL_SG_CPU if ctx.info.is_cpu else MATMUL_SG_GPU
-            per_group = max(1, wg // max(ctx.info.subgroup_size, 1))
-            spec: tuple[int, ...] = (wg, 1, *extra)
-            shader += "_sg"
-        else:
-            per_group = self._matmul_cfg[1]
-            spec = (*self._matmul_cfg, *extra)
-        token_groups = tokens
-        if shader == "matmul_i2s_sg" or shader == "matmul_i2s_dot_sg":
-            token_groups = -(-tokens // SG_TOKENS_PER_PASS)
-        groups = (
-            max(1, min(-(-rows // per_group), cap)),
-            max(1, min(token_groups, lim["max_workgroup_count_y"])),
-            1,
-        )
-        return shader, groups, spec
-
     def matmul_i2s(self, xq: Any, xscale: Any, weight: VulkanWeight) -> VulkanArray:
         if not isinstance(weight, VulkanWeight):
             raise ShapeError("matmul_i2s: weight must come from load_ternary")
         xq = self._dev(xq, "matmul_i2s", np.int8)
         xscale = self._dev(xscale, "matmul_i2s")
-        if xq.ndim != 2 or xq.shape[1] != weight.cols:
-            raise ShapeError(
-                f"matmul_i2s: activations {xq.shape} do not match weight {weight.shape}"
-            )
         tokens = xq.shape[0]
-        if xscale.size != tokens:
-            raise ShapeError(f"matmul_i2s: {xscale.size} scales for {tokens} tokens")
         out = self._new((tokens, weight.rows))
         if out.size == 0:
             return out
@@ -405,8 +224,6 @@ class VulkanProvider:
         if not isinstance(weight, VulkanWeight):
             raise ShapeError("matmul_ternary_float: weight must come from load_ternary")
         x = self._dev(x, "matmul_ternary_float")
-        if x.ndim != 2 or x.shape[1] != weight.cols:
-            raise ShapeError(f"matmul: activations {x.shape} do not match weight {weight.shape}")
         tokens = x.shape[0]
         out = self._new((tokens, weight.rows))
         if out.size == 0:
@@ -423,8 +240,6 @@ class VulkanProvider:
     def matmul_dense(self, x: Any, table: Any) -> VulkanArray:
         x = self._dev(x, "matmul_dense")
         table = self._table(table, "matmul_dense")
-        if x.ndim != 2 or x.shape[1] != table.shape[1]:
-            raise ShapeError(f"matmul_dense: {x.shape} does not match table {table.shape}")
         tokens, n = x.shape[0], table.shape[0]
         out = self._new((tokens, n))
         if out.size == 0:
@@ -441,16 +256,8 @@ class VulkanProvider:
         self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
     ) -> VulkanArray:
         x = self._dev(x, "rope")
-        if x.ndim != 3:
-            raise ShapeError(f"rope expects [T, H, D], got shape {x.shape}")
-        t, h, d = x.shape
-        if rot_dim > d or rot_dim % 2:
-            raise ShapeError(f"rope: rot_dim {rot_dim} must be even and <= head dim {d}")
-        if style not in ("neox", "norm"):
-            raise UnsupportedOperationError(f"unknown rope style {style!r}")
+        h, d = x.shape[1:]
         positions = np.asarray(positions, dtype=np.float64).reshape(-1)
-        if positions.size != t:
-            raise ShapeError(f"rope: {positions.size} positions for {t} tokens")
         out = self._new(x.shape)
         if x.size == 0:
             return out
@@ -464,21 +271,6 @@ class VulkanProvider:
         )
         return out
 
-    def _rope_tables(
-        self, positions: np.ndarray, theta: float, rot_dim: int
-    ) -> tuple[VulkanArray, VulkanArray]:
-        """cos/sin ``[T, rot_dim/2]`` in float64 on the host (q and k share the last ones)."""
-        key = (positions.tobytes(), theta, rot_dim)
-        if self._rope_cache is not None and self._rope_cache[0] == key:
-            return self._rope_cache[1], self._rope_cache[2]
-        half = rot_dim // 2
-        inv_freq = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / max(rot_dim, 1))
-        ang = positions[:, None] * inv_freq[None, :]
-        cos_t = self.to_device(np.cos(ang).astype(np.float32).reshape(-1) if half else np.zeros(1))
-        sin_t = self.to_device(np.sin(ang).astype(np.float32).reshape(-1) if half else np.zeros(1))
-        self._rope_cache = (key, cos_t, sin_t)
-        return cos_t, sin_t
-
     def kv_store(self, cache: Any, x: Any, start: int) -> None:
         if not isinstance(cache, VulkanArray):
             raise UnsupportedOperationError("kv_store: the cache must be a device array")
@@ -486,8 +278,6 @@ class VulkanProvider:
         if self._quant_memo is not None and self._quant_memo[0].buffer is cache.buffer:
             self._quant_memo = None  # the array it quantized changes
         t = x.shape[0] if x.ndim else 0
-        if start < 0 or start + t > cache.shape[0] or x.shape[1:] != cache.shape[1:]:
-            raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
         row = int(math.prod(cache.shape[1:]))
         if cache.dtype.itemsize != 4:  # 32-bit caches go through the shader (replayable)
             nbytes = row * cache.dtype.itemsize
@@ -503,43 +293,20 @@ class VulkanProvider:
             (ELEMENTWISE_WG,),
         )
 
-    def _step_value(self, value: int) -> VulkanArray:
-        """``value`` in a one-word device buffer, shared by the ops of the open step."""
-        epoch = self.stream.epoch
-        if self._step_values.get("epoch") != epoch:
-            self._step_values = {"epoch": epoch}
-        found = self._step_values.get(value)
-        if found is None:
-            found = self._step_values[value] = self.to_device(np.array([value], np.uint32))
-        return found
-
     def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> VulkanArray:
-        q = self._dev(q, "attention")
-        k_cache = self._dev(k_cache, "attention")
-        v_cache = self._dev(v_cache, "attention")
-        if q.ndim != 3 or k_cache.ndim != 3 or v_cache.shape != k_cache.shape:
-            raise ShapeError(f"attention: q {q.shape} vs caches {k_cache.shape}/{v_cache.shape}")
-        t, hq, d = q.shape
-        hkv = k_cache.shape[1]
-        if (
-            hkv == 0
-            or hq % hkv
-            or k_cache.shape[2] != d
-            or start < 0
-            or start + t > k_cache.shape[0]
-        ):
-            raise ShapeError(f"attention: q {q.shape} vs cache {k_cache.shape} at {start}")
+        q, k_cache, v_cache = (self._dev(a, "attention") for a in (q, k_cache, v_cache))
+        geo = AttentionShape.of(q, k_cache, start)
         out = self._new(q.shape)
         if q.size == 0:
             return out
-        wg = _pow2_at_least(-(-d // ATTENTION_SLOTS), 64, 1024)
-        if d > wg * ATTENTION_SLOTS:
-            raise UnsupportedOperationError(f"attention: head dim {d} is too large")
+        wg = pow2_at_least(-(-geo.dim // ATTENTION_SLOTS), 64, 1024)
+        if geo.dim > wg * ATTENTION_SLOTS:
+            raise UnsupportedOperationError(f"attention: head dim {geo.dim} is too large")
         self._run(
             "attention",
             [q, k_cache, v_cache, out, self._step_value(start)],
-            pack_push("IIIIf", t, hq, hkv, d, 1.0 / math.sqrt(d)),
-            (self._groups(t * hq, 1), 1, 1),
+            pack_push("IIIIf", geo.tokens, geo.heads, geo.kv_heads, geo.dim, geo.scale),
+            (self._groups(geo.tokens * geo.heads, 1), 1, 1),
             (wg,),
         )
         return out
@@ -581,27 +348,3 @@ class VulkanProvider:
             (ELEMENTWISE_WG, ELEMENTWISE_OPS[op]),
         )
         return out
-
-    def silu(self, x: Any) -> VulkanArray:
-        return self._elementwise("silu", x)
-
-    def relu2(self, x: Any) -> VulkanArray:
-        return self._elementwise("relu2", x)
-
-    def silu_mul(self, gate: Any, up: Any) -> VulkanArray:
-        return self._elementwise("silu_mul", gate, up)
-
-    def relu2_mul(self, gate: Any, up: Any) -> VulkanArray:
-        return self._elementwise("relu2_mul", gate, up)
-
-    def add(self, a: Any, b: Any) -> VulkanArray:
-        return self._elementwise("add", a, b)
-
-    def mul(self, a: Any, b: Any) -> VulkanArray:
-        return self._elementwise("mul", a, b)
-
-    def quantize(self, x: np.ndarray, qtype: str) -> Any:
-        """Quantize float weights to a packed ternary format on the host (``bitnet_core.formats``)."""
-        from bitnet_core.providers.reference import ReferenceProvider
-
-        return ReferenceProvider().quantize(x, qtype)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import ProviderError
+from bitnet_core.sdk.pool import size_class
 
 from . import vkapi
 from .context import Buffer, VulkanContext
@@ -41,13 +42,6 @@ MAX_BINDINGS = 8
 STAGING_FLUSH_BYTES = 256 << 20
 RECORDED_STEPS = 4
 WHOLE_SIZE = 0xFFFFFFFFFFFFFFFF
-
-
-def size_class(n: int) -> int:
-    """Round up to at most 1/8 above ``n`` (bounded waste, few distinct sizes)."""
-    n = max(int(n), 256)
-    step = 1 << max(n.bit_length() - 4, 0)
-    return (n + step - 1) // step * step
 
 
 class CommandStream:

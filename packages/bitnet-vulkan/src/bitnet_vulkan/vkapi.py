@@ -11,27 +11,29 @@ from types import ModuleType
 from typing import Any
 
 from bitnet_core.errors import ProviderError
+from bitnet_core.sdk.runtime import RuntimeUnavailable, import_runtime
 
 _VK: ModuleType | None = None
-_LOAD_ERROR: str | None = None
+_LOAD_ERROR: RuntimeUnavailable | None = None
 
 
 def load() -> ModuleType:
-    """The imported ``vulkan`` package; ``ProviderError`` naming the loader problem when it cannot load."""
+    """The imported ``vulkan`` package; ``RuntimeUnavailable`` (step import/loader) when it cannot load."""
     global _VK, _LOAD_ERROR
     if _VK is not None:
         return _VK
     if _LOAD_ERROR is None:
         try:
-            import vulkan
-
-            _VK = vulkan
-            return vulkan
-        except OSError as exc:  # the package raises OSError when no loader library is found
-            _LOAD_ERROR = f"the Vulkan loader libvulkan.so.1 could not be loaded ({exc})"
-        except ImportError as exc:
-            _LOAD_ERROR = f"the Python package 'vulkan' is not importable ({exc})"
-    raise ProviderError(_LOAD_ERROR)
+            _VK = import_runtime("vulkan", "pip install vulkan")
+            return _VK
+        except RuntimeUnavailable as exc:
+            if exc.step == "loader":  # the package raises OSError when no loader library is found
+                exc = RuntimeUnavailable(
+                    f"the Vulkan loader libvulkan.so.1 could not be loaded ({exc.__cause__})",
+                    "loader",
+                )
+            _LOAD_ERROR = exc
+    raise _LOAD_ERROR
 
 
 def result_name(code: int) -> str:

@@ -29,8 +29,12 @@ import numpy as np
 
 from bitnet_core.errors import DeviceUnavailableError, ProviderError
 from bitnet_core.hal.switches import env_enabled
+from bitnet_core.sdk.pool import FreeLists
+from bitnet_core.sdk.runtime import device_choice, device_variable, import_runtime
 
 from .shaders import preprocess, shader_source
+
+ENV_DEVICE = device_variable("webgpu")
 
 PARAM_SLOT = 256  # bytes per dispatch's uniform parameters (>= any minUniformBufferOffsetAlignment)
 PARAM_SLOTS = 2048
@@ -53,12 +57,9 @@ def _quiet_headless_wsi() -> None:
 
 
 def import_wgpu() -> Any:
+    """The wgpu module; ``RuntimeUnavailable`` (step import/loader) when it cannot load."""
     _quiet_headless_wsi()
-    try:
-        import wgpu
-    except Exception as exc:  # ImportError, or wgpu-native failing to load
-        raise DeviceUnavailableError(f"the wgpu package cannot be imported: {exc}") from exc
-    return wgpu
+    return import_runtime("wgpu", "pip install wgpu")
 
 
 @dataclass(frozen=True)
@@ -71,16 +72,17 @@ class AdapterChoice:
 def choose_adapter(explicit: bool) -> AdapterChoice:
     """High-performance adapter first; a CPU adapter (lavapipe) only when asked explicitly.
 
-    ``BITNET_WEBGPU_ADAPTER=N`` picks the N-th of ``wgpu.gpu.enumerate_adapters_sync()``.
+    ``BITNET_WEBGPU_DEVICE=N`` picks the N-th of ``wgpu.gpu.enumerate_adapters_sync()``
+    (``BITNET_WEBGPU_ADAPTER``, its old name, still works).
     """
     wgpu = import_wgpu()
-    wanted = os.environ.get("BITNET_WEBGPU_ADAPTER", "").strip()
+    wanted = device_choice("webgpu", deprecated=("BITNET_WEBGPU_ADAPTER",))
     try:
         if wanted:
             adapters = wgpu.gpu.enumerate_adapters_sync()
             if not wanted.isdigit() or int(wanted) >= len(adapters):
                 raise DeviceUnavailableError(
-                    f"BITNET_WEBGPU_ADAPTER={wanted!r}: {len(adapters)} adapter(s) present"
+                    f"{ENV_DEVICE}={wanted!r}: {len(adapters)} adapter(s) present"
                 )
             adapter = adapters[int(wanted)]
             explicit = True
@@ -115,10 +117,10 @@ class PooledBuffer:
     def __del__(self) -> None:
         pool = self._pool()
         if pool is not None:
-            pool.give(self.raw, self.nbytes)
+            pool.release(self.raw, self.nbytes)
 
 
-class BufferPool:
+class BufferPool(FreeLists):
     """Storage buffers reused by size once no array holds them (as CuPy's memory pool).
 
     Every write into a pooled buffer is a recorded command (a dispatch, or a copy
@@ -130,27 +132,17 @@ class BufferPool:
     """
 
     def __init__(self, create: Any, forget: Any) -> None:
+        super().__init__(POOL_MAX_CACHED_BYTES, POOL_MAX_BUFFER_BYTES)  # keyed by exact size
         self._create = create
         self._forget = forget
-        self._free: dict[int, list[Any]] = {}
-        self.cached_bytes = 0
-        self.hits = self.misses = 0
 
-    def take(self, nbytes: int) -> PooledBuffer:
-        free = self._free.get(nbytes)
-        if free:
-            self.hits += 1
-            self.cached_bytes -= nbytes
-            return PooledBuffer(free.pop(), nbytes, self)
-        self.misses += 1
-        return PooledBuffer(self._create(nbytes), nbytes, self)
+    def acquire(self, nbytes: int) -> PooledBuffer:
+        raw = self.take(nbytes)
+        return PooledBuffer(self._create(nbytes) if raw is None else raw, nbytes, self)
 
-    def give(self, raw: Any, nbytes: int) -> None:
-        if nbytes <= POOL_MAX_BUFFER_BYTES and self.cached_bytes + nbytes <= POOL_MAX_CACHED_BYTES:
-            self._free.setdefault(nbytes, []).append(raw)
-            self.cached_bytes += nbytes
-        else:
-            self._forget(raw)  # its bind groups go; the buffer is released with them
+    def release(self, raw: Any, nbytes: int) -> None:
+        for dropped in self.give(nbytes, raw, nbytes):
+            self._forget(dropped)  # its bind groups go; the buffer is released with them
 
 
 def _raw(buf: Any) -> Any:
@@ -230,7 +222,7 @@ class Device:
         """A storage buffer for GPU commands to write (from the pool when reuse is on)."""
         nbytes = max(16, (nbytes + 15) // 16 * 16)
         self.check_size(nbytes, what)
-        return self.pool.take(nbytes) if self.reuse else self._create_buffer(nbytes)
+        return self.pool.acquire(nbytes) if self.reuse else self._create_buffer(nbytes)
 
     def upload(self, data: np.ndarray, what: str = "array") -> Any:
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
@@ -242,7 +234,7 @@ class Device:
                 self.flush()
             off, self._staged = self._staged, self._staged + raw.size
             self._stage_host[off : off + raw.size] = raw
-            buf = self.pool.take(raw.size)
+            buf = self.pool.acquire(raw.size)
             self.copy(self._stage, off, buf, 0, raw.size)  # written in order with the ops
             return buf
         buf = self._create_buffer(raw.size)  # fresh: the write lands before pending commands

@@ -9,73 +9,35 @@ submitted together when the host reads a result (see ``device.py``).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from bitnet_core.errors import BitnetError, ShapeError, UnsupportedOperationError
-from bitnet_core.hal.provider import PRIORITIES, Availability, RopeStyle
-from bitnet_core.hal.weights import TernaryWeight
-from bitnet_core.providers.reference import ReferenceProvider
+from bitnet_core.errors import UnsupportedOperationError
+from bitnet_core.hal.provider import Availability, RopeStyle
+from bitnet_core.sdk.elementwise import ELEMENTWISE_OPS, ElementwiseOps
+from bitnet_core.sdk.provider import DeviceProvider
+from bitnet_core.sdk.runtime import never_raises
 
 from .device import Device, choose_adapter, import_wgpu
+from .memory import GpuArray, GpuTernary, WebGPUMemory
 
 TT = 4  # tokens per workgroup in the matmul shaders
-ELEMENTWISE_OPS = {"silu": 0, "relu2": 1, "silu_mul": 2, "relu2_mul": 3, "add": 4, "mul": 5}
 
 
-@dataclass(eq=False)
-class GpuArray:
-    """A device array: a storage buffer plus its logical shape and kind.
-
-    kinds: ``f32``, ``i32``, ``f16`` (a 2-D table stored as u32 pairs, rows padded
-    to an even length), ``q8`` (int8 packed four to a u32, rows padded to 16
-    values, with ``xsum`` the per-row sums).
-    """
-
-    buffer: Any
-    shape: tuple[int, ...]
-    kind: str
-    row_words: int = 0
-    xsum: Any = None
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
-
-
-@dataclass(eq=False)
-class GpuTernary:
-    """A ternary weight resident on the device: 16 codes per u32, per-row scales."""
-
-    words: Any
-    scales: Any
-    rows: int
-    cols: int
-    kw16: int
-    host: TernaryWeight
-
-
-def pack_webgpu_ternary(codes: np.ndarray) -> np.ndarray:
-    """int8 codes [rows, cols] -> u32 [rows, ceil(cols/16)]: col 16w+4j+i at bits 8i+2j."""
-    rows, cols = codes.shape
-    kw16 = max(1, -(-cols // 16))
-    c = np.ones((rows, kw16 * 16), dtype=np.uint32)  # code 1 = value 0 in the padding
-    c[:, :cols] = codes.astype(np.int32) + 1
-    c = c.reshape(rows, kw16, 4, 4)  # [.., j, i]
-    shifts = (8 * np.arange(4)[None, :] + 2 * np.arange(4)[:, None]).astype(np.uint32)  # [j, i]
-    return np.bitwise_or.reduce(c << shifts, axis=(2, 3)).astype(np.uint32)
-
-
-class WebGPUProvider(ReferenceProvider):
+class WebGPUProvider(
+    WebGPUMemory,
+    ElementwiseOps,
+    DeviceProvider,
+    family="webgpu",
+    device_kind="gpu",
+    priority=50,
+    aliases=("wgpu",),
+    fakeable=True,
+):
     """Runs BitNet ops through wgpu (Vulkan, Metal or D3D12; lavapipe when asked)."""
 
-    name = "webgpu"
-    family = "webgpu"
-    device_kind = "gpu"
-    priority = PRIORITIES["webgpu"]
-    #: the attention shader reads float32 caches only (not the reference's float16 too)
+    #: the attention shader reads float32 caches only
     kv_dtypes = ("float32",)
     #: storage buffers are committed when created: KV caches grow block by block
     commits_on_touch = False
@@ -85,14 +47,10 @@ class WebGPUProvider(ReferenceProvider):
         self._explicit = False
 
     # --- probe and device ---------------------------------------------------------
+    @never_raises
     def probe(self, explicit: bool = False) -> Availability:
-        try:
-            wgpu = import_wgpu()
-            choice = choose_adapter(explicit)
-        except BitnetError as exc:
-            return Availability.no(str(exc))
-        except Exception as exc:  # never raise out of a probe
-            return Availability.no(f"wgpu adapter query failed: {exc}")
+        wgpu = import_wgpu()
+        choice = choose_adapter(explicit)
         self._explicit = self._explicit or explicit
         lim = choice.adapter.limits
         return Availability.yes(
@@ -110,90 +68,7 @@ class WebGPUProvider(ReferenceProvider):
         return self._dev
 
     # --- memory -------------------------------------------------------------------
-    def to_device(self, array: np.ndarray) -> GpuArray:
-        a = np.asarray(array)
-        if a.dtype == np.float16 and a.ndim == 2:
-            rows, cols = a.shape
-            even = cols + (cols % 2)
-            padded = np.zeros((rows, even), dtype=np.float16)
-            padded[:, :cols] = a
-            buf = self.dev.upload(padded, "f16 table")
-            return GpuArray(buf, a.shape, "f16", row_words=even // 2)
-        if a.dtype == np.int8 and a.ndim == 2:
-            return self._upload_q8(a)
-        if np.issubdtype(a.dtype, np.integer):
-            return GpuArray(self.dev.upload(a.astype(np.int32), "int array"), a.shape, "i32")
-        a32 = np.ascontiguousarray(a, dtype=np.float32)
-        kind_words = a32.shape[-1] if a32.ndim == 2 else 0
-        return GpuArray(self.dev.upload(a32, "array"), a.shape, "f32", row_words=kind_words)
-
-    def _upload_q8(self, xq: np.ndarray) -> GpuArray:
-        t, k = xq.shape
-        kw = max(1, -(-k // 16)) * 4
-        padded = np.zeros((t, kw * 4), dtype=np.int8)
-        padded[:, :k] = xq
-        xsum = xq.astype(np.int32).sum(axis=1, dtype=np.int32)
-        return GpuArray(
-            self.dev.upload(padded, "int8 activations"),
-            (t, k),
-            "q8",
-            row_words=kw,
-            xsum=self.dev.upload(xsum, "activation sums"),
-        )
-
-    def to_host(self, array: Any) -> np.ndarray:
-        if not isinstance(array, GpuArray):
-            return np.asarray(array)
-        if array.kind == "q8":
-            t, k = array.shape
-            raw = self.dev.read(array.buffer, t * array.row_words * 4)
-            return raw.view(np.int8).reshape(t, array.row_words * 4)[:, :k].copy()
-        if array.kind == "f16":
-            rows, cols = array.shape
-            raw = self.dev.read(array.buffer, rows * array.row_words * 4)
-            return raw.view(np.float16).reshape(rows, -1)[:, :cols].copy()
-        dtype = np.int32 if array.kind == "i32" else np.float32
-        raw = self.dev.read(array.buffer, array.size * 4)
-        return raw.view(dtype).reshape(array.shape).copy()
-
-    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> GpuArray:
-        kind = "i32" if np.issubdtype(np.dtype(dtype), np.integer) else "f32"
-        if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.int32)):
-            raise UnsupportedOperationError(f"webgpu: empty() supports float32/int32, not {dtype}")
-        n = math.prod(shape)
-        return GpuArray(self.dev.buffer(n * 4, "array"), tuple(shape), kind)
-
-    def reshape(self, array: GpuArray, shape: tuple[int, ...]) -> GpuArray:
-        """A view of the same buffer with another row-major shape (f32/i32 arrays)."""
-        if not isinstance(array, GpuArray) or array.kind not in ("f32", "i32"):
-            raise UnsupportedOperationError("webgpu: reshape works on float32/int32 device arrays")
-        if math.prod(shape) != array.size:
-            raise ShapeError(f"reshape: {array.shape} cannot become {tuple(shape)}")
-        return GpuArray(array.buffer, tuple(shape), array.kind)
-
-    def _new(self, shape: tuple[int, ...], what: str = "activations") -> GpuArray:
-        return GpuArray(self.dev.buffer(math.prod(shape) * 4, what), tuple(shape), "f32")
-
-    def load_ternary(self, weight: TernaryWeight) -> GpuTernary:
-        codes, scales = weight.unpack()
-        words = pack_webgpu_ternary(codes)
-        return GpuTernary(
-            words=self.dev.upload(words, f"ternary weight {weight.name}"),
-            scales=self.dev.upload(scales.astype(np.float32), "weight scales"),
-            rows=weight.rows,
-            cols=weight.cols,
-            kw16=words.shape[1],
-            host=weight,
-        )
-
     # --- helpers ------------------------------------------------------------------
-    def _f32(self, x: Any) -> GpuArray:
-        if isinstance(x, GpuArray):
-            if x.kind != "f32":
-                raise UnsupportedOperationError(f"webgpu: expected a float32 array, got {x.kind}")
-            return x
-        return self.to_device(np.asarray(x, dtype=np.float32))
-
     def _rows_grid(self, n: int) -> tuple[int, int]:
         gx = min(n, self.dev.max_workgroups)
         return gx, -(-n // gx)
@@ -201,9 +76,7 @@ class WebGPUProvider(ReferenceProvider):
     # --- ops ------------------------------------------------------------------------
     def embedding(self, table: GpuArray, ids: np.ndarray) -> GpuArray:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        rows, d = table.shape
-        if ids.size and (ids.min() < 0 or ids.max() >= rows):
-            raise ShapeError(f"token id out of range [0, {rows})")
+        d = table.shape[1]
         out = self._new((ids.size, d))
         if ids.size == 0:
             return out
@@ -220,8 +93,6 @@ class WebGPUProvider(ReferenceProvider):
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> GpuArray:
         x, g = self._f32(x), self._f32(weight)
         d = x.shape[-1]
-        if g.size != d:
-            raise ShapeError(f"rmsnorm: weight of {g.size} for rows of {d}")
         rows = x.size // d
         out = self._new(x.shape)
         params = np.zeros(4, dtype=np.uint32)
@@ -233,8 +104,6 @@ class WebGPUProvider(ReferenceProvider):
 
     def quantize_act(self, x: Any) -> tuple[GpuArray, GpuArray]:
         x = self._f32(x)
-        if len(x.shape) != 2:
-            raise ShapeError(f"quantize_act expects [T, K] activations, got shape {x.shape}")
         t, k = x.shape
         kw = max(1, -(-k // 16)) * 4
         xq = GpuArray(self.dev.buffer(t * kw * 4, "int8 activations"), (t, k), "q8", row_words=kw)
@@ -250,11 +119,7 @@ class WebGPUProvider(ReferenceProvider):
         if not isinstance(xq, GpuArray) or xq.kind != "q8":
             xq = self._upload_q8(np.asarray(xq, dtype=np.int8))
         xs = self._f32(xscale)
-        t, k = xq.shape
-        if k != weight.cols:
-            raise ShapeError(
-                f"matmul_i2s: activations {xq.shape} do not match weight ({weight.rows}, {weight.cols})"
-            )
+        t = xq.shape[0]
         out = self._new((t, weight.rows))
         if t and weight.rows:
             groups, defines = self._matmul_groups(weight.rows, t)
@@ -293,8 +158,6 @@ class WebGPUProvider(ReferenceProvider):
     def matmul_dense(self, x: Any, table: Any) -> GpuArray:
         x = self._f32(x)
         table = table if isinstance(table, GpuArray) else self.to_device(np.asarray(table))
-        if len(x.shape) != 2 or len(table.shape) != 2 or x.shape[1] != table.shape[1]:
-            raise ShapeError(f"matmul_dense: {x.shape} does not match table {table.shape}")
         t, k = x.shape
         n = table.shape[0]
         out = self._new((t, n))
@@ -312,13 +175,7 @@ class WebGPUProvider(ReferenceProvider):
         self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
     ) -> GpuArray:
         x = self._f32(x)
-        if len(x.shape) != 3:
-            raise ShapeError(f"rope expects [T, H, D], got shape {x.shape}")
         t, h, d = x.shape
-        if rot_dim > d or rot_dim % 2:
-            raise ShapeError(f"rope: rot_dim {rot_dim} must be even and <= head dim {d}")
-        if style not in ("neox", "norm"):
-            raise UnsupportedOperationError(f"unknown rope style {style!r}")
         out = self._new(x.shape)
         if x.size:
             pos = self.dev.upload(np.asarray(positions, dtype=np.int32).reshape(-1), "positions")
@@ -331,8 +188,6 @@ class WebGPUProvider(ReferenceProvider):
     def kv_store(self, cache: GpuArray, x: Any, start: int) -> None:
         x = self._f32(x)
         t = x.shape[0]
-        if start < 0 or start + t > cache.shape[0] or tuple(x.shape[1:]) != tuple(cache.shape[1:]):
-            raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
         row = math.prod(cache.shape[1:]) * 4
         if t:
             self.dev.copy(x.buffer, 0, cache.buffer, start * row, t * row)
@@ -341,8 +196,6 @@ class WebGPUProvider(ReferenceProvider):
         q = self._f32(q)
         t, hq, d = q.shape
         hkv = k_cache.shape[1]
-        if hq % hkv or k_cache.shape[2] != d or start + t > k_cache.shape[0]:
-            raise ShapeError(f"attention: q {q.shape} vs cache {k_cache.shape} at {start}")
         out = self._new(q.shape)
         if t:
             # rows of the scores scratch as long as the cache, not the position: the same
@@ -359,8 +212,10 @@ class WebGPUProvider(ReferenceProvider):
     def _elementwise(self, op: str, a: Any, b: Any = None) -> GpuArray:
         a = self._f32(a)
         bb = self._f32(b) if b is not None else a
-        if b is not None and bb.shape != a.shape:
-            raise ShapeError(f"{op}: shapes {a.shape} and {bb.shape} differ")
+        if bb.shape != a.shape:
+            raise UnsupportedOperationError(
+                f"webgpu {op}: broadcasting {bb.shape} is not supported"
+            )
         out = self._new(a.shape)
         n = a.size
         if n:
@@ -371,21 +226,3 @@ class WebGPUProvider(ReferenceProvider):
                 "elementwise", params, [a.buffer, bb.buffer, out.buffer], (gx, -(-groups // gx), 1)
             )
         return out
-
-    def silu(self, x: Any) -> GpuArray:
-        return self._elementwise("silu", x)
-
-    def relu2(self, x: Any) -> GpuArray:
-        return self._elementwise("relu2", x)
-
-    def silu_mul(self, gate: Any, up: Any) -> GpuArray:
-        return self._elementwise("silu_mul", gate, up)
-
-    def relu2_mul(self, gate: Any, up: Any) -> GpuArray:
-        return self._elementwise("relu2_mul", gate, up)
-
-    def add(self, a: Any, b: Any) -> GpuArray:
-        return self._elementwise("add", a, b)
-
-    def mul(self, a: Any, b: Any) -> GpuArray:
-        return self._elementwise("mul", a, b)

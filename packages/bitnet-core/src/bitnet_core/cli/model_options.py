@@ -20,7 +20,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
         "(default: the bundled demo model)",
     )
     p.add_argument(
-        "--device", default=None, help="auto, cpu, gpu, cuda, opencl, vulkan, webgpu or a provider"
+        "--device",
+        default=None,
+        help="auto, cpu, gpu, a device family or a provider name (see bitnet devices)",
     )
     p.add_argument("--threads", "-t", type=int, default=None, help="CPU threads for the kernels")
     p.add_argument(

@@ -1,7 +1,7 @@
 """The two-level hardware abstraction layer: providers (ops) and backends (models)."""
 
 from .backend import Backend
-from .provider import KERNEL_INVENTORY, PRIORITIES, Availability, KernelProvider
+from .provider import KERNEL_INVENTORY, PLUGIN_API_VERSION, Availability, KernelProvider
 from .registry import ENTRY_POINT_GROUP, REGISTRY, ProviderRecord, list_providers
 from .selection import BackendRequest, Selection, StartupSummary, select, strict_mode
 from .weights import TernaryWeight, pack_i2, unpack_i2
@@ -13,7 +13,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "KERNEL_INVENTORY",
     "KernelProvider",
-    "PRIORITIES",
+    "PLUGIN_API_VERSION",
     "ProviderRecord",
     "REGISTRY",
     "Selection",

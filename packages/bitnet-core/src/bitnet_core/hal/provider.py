@@ -65,20 +65,13 @@ from .weights import TernaryWeight
 DeviceKind = Literal["cpu", "gpu"]
 RopeStyle = Literal["neox", "norm"]
 
-#: Selection priorities of the known providers (lower wins), DESIGN.md section 3.
-PRIORITIES: dict[str, int] = {
-    "cuda": 10,
-    "opencl": 30,
-    "vulkan": 40,
-    "webgpu": 50,
-    "cpu-avx512": 60,
-    "cpu-avx2": 70,
-    "cpu-neon": 75,
-    "cpu-scalar": 90,
-    "cpu-reference": 100,
-}
+#: The version of the plugin interface this core speaks. A provider declares the
+#: one it was written for as ``plugin_api``; the registry refuses another.
+PLUGIN_API_VERSION = 1
 
 #: The ops of the protocol: seed 003's kernel inventory plus what a whole model needs.
+#: A provider may lack compute ops: they then run on the host (``placement.py``).
+#: Quantizing float weights to a ternary format is host work (``bitnet_core.formats``).
 KERNEL_INVENTORY: tuple[str, ...] = (
     "to_device",
     "to_host",
@@ -101,7 +94,6 @@ KERNEL_INVENTORY: tuple[str, ...] = (
     "relu2_mul",
     "add",
     "mul",
-    "quantize",
 )
 
 #: Members a provider may have; see the module docstring.
@@ -110,39 +102,62 @@ OPTIONAL_OPS: tuple[str, ...] = ("make_backend", "set_threads", "kernel_names")
 
 @dataclass(frozen=True)
 class Availability:
-    """Result of a provider's probe: can it run here, on what, and if not, why."""
+    """Result of a provider's probe: can it run here, on what, and if not, why.
+
+    ``step`` names where an unavailable provider stopped, one of ``STEPS``
+    (``"import"``: its SDK is not installed; ``"loader"``: the SDK is there but
+    the driver library is not; ``"device"``: no usable device; ``"kernels"``:
+    its programs failed to build or load; ``"plugin"``: the plugin itself failed
+    to load or is for another core).
+    """
 
     available: bool
     reason: str = ""
     device: str = ""
     fake: bool = False
     details: dict[str, Any] = field(default_factory=dict)
+    step: str = ""
 
     @classmethod
     def yes(cls, device: str, **details: Any) -> Availability:
         return cls(True, "", device, False, details)
 
     @classmethod
-    def no(cls, reason: str, **details: Any) -> Availability:
-        return cls(False, reason, "", False, details)
+    def no(cls, reason: str, step: str = "device", **details: Any) -> Availability:
+        return cls(False, reason, "", False, details, step)
+
+
+#: Where a probe can stop (``Availability.step``), in the order a probe walks them.
+STEPS: tuple[str, ...] = ("plugin", "import", "loader", "device", "kernels")
 
 
 @runtime_checkable
 class KernelProvider(Protocol):
     """What a backend package implements (and registers under ``bitnet.providers``).
 
-    ``name`` is unique (``"cuda"``, ``"cpu-avx2"``); ``family`` is the device
-    request it answers (``"cuda"``, ``"opencl"``, ``"vulkan"``, ``"webgpu"``,
-    ``"cpu"``); ``device_kind`` is ``"cpu"`` or ``"gpu"``. ``probe`` must never
-    raise: it returns ``Availability.no(reason)`` instead. ``explicit`` is true
-    when the user asked for this provider by name or family, which may allow
-    devices auto-selection skips (a CPU OpenCL device, lavapipe).
+    The plugin describes itself with class attributes; the core keeps no list:
+
+    - ``name``: unique (``"cpu-avx2"``), the entry point's name;
+    - ``family``: the device request it answers (``"cpu"`` or the backend's own);
+    - ``device_kind``: ``"cpu"`` or ``"gpu"``;
+    - ``priority``: its rank in auto-selection (lower wins; the CPU providers
+      use 60 to 100, GPU backends rank below 60);
+    - ``plugin_api``: the ``PLUGIN_API_VERSION`` it was written for;
+    - optional: ``aliases`` (more request names for its family), ``fakeable``
+      (``BITNET_GPU_FAKE`` may stand in for it), ``distribution`` (the package
+      that ships it, for "install it" hints; default: the entry point's).
+
+    ``probe`` must never raise: it returns ``Availability.no(reason, step=...)``
+    instead. ``explicit`` is true when the user asked for this provider by name
+    or family, which may allow devices auto-selection skips (a CPU device of a
+    GPU API).
     """
 
     name: str
     family: str
     device_kind: DeviceKind
     priority: int
+    plugin_api: int
 
     def probe(self, explicit: bool = False) -> Availability: ...
 
@@ -174,4 +189,3 @@ class KernelProvider(Protocol):
     def relu2_mul(self, gate: Any, up: Any) -> Any: ...
     def add(self, a: Any, b: Any) -> Any: ...
     def mul(self, a: Any, b: Any) -> Any: ...
-    def quantize(self, x: np.ndarray, qtype: str) -> Any: ...

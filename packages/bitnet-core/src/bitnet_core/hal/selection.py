@@ -5,8 +5,11 @@ Requests:
 - ``auto``: the best available provider (GPU first by priority, then the best CPU);
 - ``cpu``: the best available CPU provider;
 - ``gpu``: the best available GPU provider, an error if there is none;
-- ``cuda``, ``opencl`` (alias ``ocl``), ``vulkan``, ``webgpu``: that family, an error if unavailable;
-- any provider name (``cpu-avx2``, ``cpu-reference``, ``fake-cuda``...): exactly that provider.
+- a family an installed plugin declares (or one of its ``aliases``): that
+  family, an error if unavailable;
+- any provider name (``cpu-avx2``, ``cpu-reference``, ``fake-<family>``...): exactly that provider;
+- an extra of the ``bitnet`` meta package whose plugin is not installed: an
+  error that says which distribution to install (``extras.py``).
 
 A request that only CPU providers can meet (``cpu``, ``cpu-avx2``...) probes
 and lists only the CPU providers.
@@ -27,15 +30,16 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from ..errors import DeviceUnavailableError, StrictModeError, UnknownDeviceError
+from .extras import install_hint
 from .probe_child import ChildProbe
 from .provider import Availability
 from .registry import REGISTRY, ProviderRecord
 
 log = logging.getLogger("bitnet")
 
-FAMILIES = ("cuda", "opencl", "vulkan", "webgpu")
-ALIASES = {"ocl": "opencl", "wgpu": "webgpu", "gpu-any": "gpu"}
-GENERIC_REQUESTS = ("auto", "cpu", "gpu", *FAMILIES)
+GENERIC_REQUESTS = ("auto", "cpu", "gpu")
+#: Aliases of the generic requests; a plugin's family aliases come from the plugin.
+ALIASES = {"gpu-any": "gpu"}
 
 
 def strict_mode() -> bool:
@@ -60,7 +64,10 @@ class BackendRequest:
         else:
             raw, source = "auto", "default"
         name = raw.strip().lower()
-        return cls(ALIASES.get(name, name), source)
+        name = ALIASES.get(name, name)
+        if name not in GENERIC_REQUESTS:
+            name = REGISTRY.aliases().get(name, name)
+        return cls(name, source)
 
 
 @dataclass(frozen=True)
@@ -106,27 +113,22 @@ def clear_cache() -> None:
         _PENDING.popitem()[1].cancel()
 
 
+REGISTRY.on_refresh(clear_cache)
+
+
 def _cache_key(request: BackendRequest) -> tuple:
     return (request.name, strict_mode(), os.environ.get("BITNET_GPU_FAKE", ""))
 
 
-#: The distribution that provides each device family, for the "install it" hint.
-DISTRIBUTIONS = {f: f"bitnet-{f}" for f in FAMILIES}
-
-
 def _reasons(records: list[ProviderRecord], explicit: bool, family: str = "") -> str:
     if not records:
-        hint = (
-            f" (install {DISTRIBUTIONS[family]}: pip install 'bitnet[{family}]')"
-            if family in DISTRIBUTIONS
-            else ""
-        )
-        return "no provider of that kind is installed" + hint
+        hint = install_hint(family)
+        return "no provider of that kind is installed" + (f" ({hint})" if hint else "")
     return "; ".join(f"{r.name}: {r.probe(explicit).reason or 'unavailable'}" for r in records)
 
 
 def _is_known(name: str, records: list[ProviderRecord]) -> bool:
-    return name in GENERIC_REQUESTS or any(r.name == name for r in records)
+    return name in GENERIC_REQUESTS or any(name in (r.name, r.family) for r in records)
 
 
 def _unprobed_gpus(records: list[ProviderRecord]) -> list[str]:
@@ -185,7 +187,16 @@ def select(device: str | None = None) -> Selection:
 
     records = REGISTRY.records()
     if not _is_known(request.name, records):
-        known = ", ".join([*GENERIC_REQUESTS, "ocl", *(r.name for r in records)])
+        hint = install_hint(request.name)
+        if hint:
+            raise DeviceUnavailableError(
+                f"device {request.name!r} requested ({request.source}) but no provider of "
+                f"that kind is installed ({hint})"
+            )
+        families = [r.family for r in records if r.family]
+        aliases = [a for r in records for a in r.aliases]
+        names = [r.name for r in records]
+        known = ", ".join(dict.fromkeys([*GENERIC_REQUESTS, *families, *aliases, *names]))
         raise UnknownDeviceError(f"unknown device {request.name!r}; known: {known}")
 
     def usable(rec: ProviderRecord, explicit: bool) -> bool:
@@ -198,10 +209,9 @@ def select(device: str | None = None) -> Selection:
         candidates, explicit = [r for r in records if r.device_kind == "cpu"], False
     elif request.name == "gpu":
         candidates, explicit = [r for r in records if r.device_kind == "gpu"], False
-    elif request.name in FAMILIES:
-        candidates, explicit = [r for r in records if r.family == request.name], True
-    else:
-        candidates, explicit = [r for r in records if r.name == request.name], True
+    else:  # a family, or one provider by name (a broken plugin answers its name only)
+        candidates = [r for r in records if request.name in (r.family, r.name)]
+        explicit = True
 
     # A request reports the providers it could choose and the CPU ones; probing
     # other GPU runtimes (PoCL, lavapipe: ~70 MB of memory and seconds of
@@ -241,7 +251,7 @@ def select(device: str | None = None) -> Selection:
     if strict and request.name == "auto" and chosen.device_kind == "cpu":
         # a missing GPU is an error in strict mode, not a silent move to the CPU
         skipped_gpus = [
-            r for r in records if r.device_kind == "gpu" and not r.fake and not usable(r, False)
+            r for r in records if r.device_kind != "cpu" and not r.fake and not usable(r, False)
         ]
         if skipped_gpus:
             raise StrictModeError(

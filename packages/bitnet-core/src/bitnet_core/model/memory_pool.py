@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
+from ..sdk.pool import FreeLists
 
 Allocate = Callable[[tuple[int, ...], Any], Any]
 
@@ -74,8 +75,7 @@ class MemoryPool:
         self._allocate = allocate
         self._free = free
         self.max_cached_bytes = max_cached_bytes
-        self._cached: dict[tuple, list[Any]] = {}
-        self._order: list[tuple[tuple, int]] = []  # (key, id) in release order, for trimming
+        self._lists = FreeLists()  # by (shape, dtype); trimmed here, oldest first
         self._in_use: dict[int, tuple[tuple, int, Any]] = {}
         self.stats = PoolStats()
 
@@ -87,10 +87,8 @@ class MemoryPool:
         """A buffer of ``shape`` and ``dtype`` on the device (contents unspecified)."""
         key = self._key(shape, dtype)
         nbytes = _nbytes(key[0], dtype)
-        free_list = self._cached.get(key)
-        if free_list:
-            buf = free_list.pop()
-            self._order.remove((key, id(buf)))
+        buf = self._lists.take(key)
+        if buf is not None:
             self.stats.hits += 1
             self.stats.cached_bytes -= nbytes
         else:
@@ -109,23 +107,18 @@ class MemoryPool:
         key, nbytes, _ = entry
         self.stats.releases += 1
         self.stats.in_use_bytes -= nbytes
-        self._cached.setdefault(key, []).append(buf)
-        self._order.append((key, id(buf)))
+        self._lists.give(key, buf, nbytes)
         self.stats.cached_bytes += nbytes
         if self.max_cached_bytes is not None:
             self.trim(self.max_cached_bytes)
 
     def trim(self, max_cached_bytes: int = 0) -> None:
         """Drop cached (free) buffers, oldest first, until at most ``max_cached_bytes`` remain."""
-        while self.stats.cached_bytes > max_cached_bytes and self._order:
-            key, ident = self._order.pop(0)
-            free_list = self._cached[key]
-            idx = next(i for i, b in enumerate(free_list) if id(b) == ident)
-            buf = free_list.pop(idx)
-            self.stats.cached_bytes -= _nbytes(key[0], key[1])
+        for buf in self._lists.trim(max_cached_bytes):
             self.stats.evicted_buffers += 1
             if self._free is not None:
                 self._free(buf)
+        self.stats.cached_bytes = self._lists.cached_bytes
 
     @property
     def in_use(self) -> int:

@@ -52,7 +52,8 @@ def file_sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
 
 
 def kernel_names(provider: Any) -> list[str]:
-    """The protocol ops the provider implements (its own ``kernel_names()`` when it has one)."""
+    """The protocol ops the provider runs on its device (its own ``kernel_names()`` when it
+    has one; a partial provider's host ops are ``host_ops``)."""
     own = getattr(provider, "kernel_names", None)
     if callable(own):
         return list(own())
@@ -79,6 +80,8 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
             "device": getattr(avail, "device", ""),
             "backend": type(model.backend).__name__,
             "kernels": kernel_names(provider),
+            "host_ops": list(getattr(provider, "host_ops", ())),
+            "host_calls": dict(getattr(provider, "host_calls", {})),
             "quantize_activations": model.quantize_activations,
         },
         "model": {

@@ -28,7 +28,7 @@ from ..errors import ShapeError
 from ..hal.switches import env_enabled
 from ..model.backend import GenericBackend
 from ..model.kv_cache import Sequence
-from .cpu_native import file_extent, release_file_pages
+from .file_pages import file_extent, release_file_pages
 
 
 def fused_enabled() -> bool:

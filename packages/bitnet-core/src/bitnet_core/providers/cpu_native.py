@@ -32,9 +32,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, QuantizationError, ShapeError, UnsupportedOperationError
-from ..hal.provider import PRIORITIES, Availability, RopeStyle
+from ..hal.provider import Availability, RopeStyle
+from ..hal.switches import env_int
 from ..hal.weights import TernaryWeight
 from ..native import cpu_features, load_native
+from .file_pages import release_file_pages
 from .reference import ReferenceProvider
 
 LAYOUTS = ("auto", "i2_128", "tq1_160")
@@ -51,16 +53,7 @@ REQUIRED_FEATURES: dict[str, tuple[str, ...]] = {
 
 def threads_from_env() -> int:
     """``BITNET_THREADS`` if set (a positive integer), else 0 (= all usable CPUs)."""
-    raw = os.environ.get("BITNET_THREADS", "").strip()
-    if not raw:
-        return 0
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ConfigError(f"BITNET_THREADS must be a positive integer, got {raw!r}") from None
-    if n < 1:
-        raise ConfigError(f"BITNET_THREADS must be a positive integer, got {raw!r}")
-    return n
+    return env_int("BITNET_THREADS", 0, minimum=1)
 
 
 def layout_from_env() -> str:
@@ -68,64 +61,6 @@ def layout_from_env() -> str:
     if layout not in LAYOUTS:
         raise ConfigError(f"BITNET_CPU_LAYOUT must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     return layout
-
-
-def _mapping_of(arr: np.ndarray) -> tuple[Any, Any, int] | None:
-    """(the ``mmap.mmap`` under ``arr``, the first ``numpy.memmap`` with a file name on
-    the way down or None, ``arr``'s byte offset in the mapping), or None if ``arr`` is
-    not a view of a mapping."""
-    import mmap
-
-    base: Any = arr
-    memmap = None
-    while base is not None and not isinstance(base, mmap.mmap):
-        if memmap is None and isinstance(base, np.memmap) and getattr(base, "filename", None):
-            memmap = base
-        base = getattr(base, "base", None)
-    if base is None:
-        return None
-    return base, memmap, arr.ctypes.data - np.frombuffer(base, dtype=np.uint8).ctypes.data
-
-
-def release_file_pages(arr: np.ndarray) -> bool:
-    """Drop the resident pages of ``arr`` if it is a read-only view of a file mapping.
-
-    Only for a ``numpy.memmap`` opened read-only (a GGUF): ``MADV_DONTNEED``
-    unmaps the pages, and any later read faults them back from the page
-    cache, so nothing is lost; it just stops counting in the RSS. Any other
-    array (writable, anonymous memory): nothing is done. True if released.
-    """
-    import mmap
-
-    found = _mapping_of(arr)
-    if found is None or arr.flags.writeable or not hasattr(found[0], "madvise"):
-        return False
-    base, _, offset = found
-    page = mmap.PAGESIZE
-    start = -(-offset // page) * page
-    end = (offset + arr.nbytes) // page * page
-    if not 0 <= start < end <= len(base):
-        return False
-    try:
-        base.madvise(mmap.MADV_DONTNEED, start, end - start)
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def file_extent(arr: np.ndarray) -> tuple[str, int] | None:
-    """(file path, byte offset) of ``arr`` if it is a C-contiguous view of a
-    ``numpy.memmap`` of a file, else None."""
-    import mmap
-
-    found = _mapping_of(arr) if arr.flags.c_contiguous else None
-    if found is None or found[1] is None:
-        return None
-    base, memmap, offset = found
-    if not 0 <= offset <= len(base) - arr.nbytes:
-        return None
-    start = memmap.offset - memmap.offset % mmap.ALLOCATIONGRANULARITY  # the map's first byte
-    return str(memmap.filename), start + offset
 
 
 def _f32(x: Any) -> np.ndarray:
@@ -139,7 +74,7 @@ class NativeCpuProvider(ReferenceProvider):
     name = "cpu-scalar"
     family = "cpu"
     device_kind = "cpu"
-    priority = PRIORITIES["cpu-scalar"]
+    priority = 90
     #: float16 first, as llama.cpp: half the bytes decode reads from the cache each step
     kv_dtypes = ("float16", "float32")
 
@@ -305,8 +240,6 @@ class NativeCpuProvider(ReferenceProvider):
         style: RopeStyle,
         rot_dim: int,
     ) -> np.ndarray:
-        if style not in ("neox", "norm"):
-            raise UnsupportedOperationError(f"unknown rope style {style!r}")
         pos = np.ascontiguousarray(positions, dtype=np.int64).reshape(-1)
         return self._run("rope", _f32(x), pos, float(theta), style, int(rot_dim))
 
@@ -325,25 +258,25 @@ class NativeCpuProvider(ReferenceProvider):
 class CpuAvx512Provider(NativeCpuProvider):
     isa = "avx512"
     name = "cpu-avx512"
-    priority = PRIORITIES["cpu-avx512"]
+    priority = 60
 
 
 class CpuAvx2Provider(NativeCpuProvider):
     isa = "avx2"
     name = "cpu-avx2"
-    priority = PRIORITIES["cpu-avx2"]
+    priority = 70
 
 
 class CpuNeonProvider(NativeCpuProvider):
     isa = "neon"
     name = "cpu-neon"
-    priority = PRIORITIES["cpu-neon"]
+    priority = 75
 
 
 class CpuScalarProvider(NativeCpuProvider):
     isa = "scalar"
     name = "cpu-scalar"
-    priority = PRIORITIES["cpu-scalar"]
+    priority = 90
 
 
 ALL_PROVIDERS = (CpuAvx512Provider, CpuAvx2Provider, CpuNeonProvider, CpuScalarProvider)

@@ -12,9 +12,11 @@ from typing import Any
 import numpy as np
 
 from .._version import __version__
-from ..errors import ShapeError, UnsupportedOperationError
-from ..hal.provider import PRIORITIES, Availability, RopeStyle
+from ..errors import ShapeError
+from ..hal.provider import Availability, RopeStyle
 from ..hal.weights import TernaryWeight
+from ..sdk import checks
+from ..sdk.provider import DeviceProvider
 from .host_memory import lazy_zeros
 
 ACT_QMAX = 127.0
@@ -39,21 +41,22 @@ class ReferenceWeight:
 def quantize_act_ref(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-row absmax int8 quantization: ``(xq int8 [T, K], scale float32 [T])``."""
     x = np.asarray(x, dtype=np.float32)
-    if x.ndim != 2:
-        raise ShapeError(f"quantize_act expects [T, K] activations, got shape {x.shape}")
+    checks.quantize_act(x)
     amax = np.maximum(np.abs(x).max(axis=1, initial=0.0), np.float32(ACT_EPS))
     scale = (np.float32(ACT_QMAX) / amax).astype(np.float32)
     xq = np.clip(np.round(x * scale[:, None]), -128, 127).astype(np.int8)
     return xq, scale
 
 
-class ReferenceProvider:
-    """Plain numpy implementations of every op of the protocol."""
+class ReferenceProvider(DeviceProvider):
+    """Plain numpy implementations of every op of the protocol (arguments checked by
+    ``DeviceProvider``)."""
 
     name = "cpu-reference"
     family = "cpu"
     device_kind = "cpu"
-    priority = PRIORITIES["cpu-reference"]
+    priority = 100
+    distribution = "bitnet-core"
     #: KV cache dtypes kv_store/attention accept, preferred first (the spec: float32)
     kv_dtypes = ("float32", "float16")
     #: host memory from ``empty`` (``lazy_zeros``) is committed only where it is written
@@ -85,8 +88,6 @@ class ReferenceProvider:
     # --- ops ----------------------------------------------------------------
     def embedding(self, table: np.ndarray, ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
-            raise ShapeError(f"token id out of range [0, {table.shape[0]})")
         return np.asarray(table[ids], dtype=np.float32)
 
     def rmsnorm(self, x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
@@ -98,10 +99,6 @@ class ReferenceProvider:
         return quantize_act_ref(x)
 
     def matmul_i2s(self, xq: np.ndarray, xscale: np.ndarray, weight: ReferenceWeight) -> np.ndarray:
-        if xq.ndim != 2 or xq.shape[1] != weight.codes.shape[1]:
-            raise ShapeError(
-                f"matmul_i2s: activations {xq.shape} do not match weight {weight.codes.shape}"
-            )
         acc = xq.astype(np.int32) @ weight.codes.astype(np.int32).T
         y = acc.astype(np.float64) * weight.scales.astype(np.float64)[None, :]
         return (y / np.asarray(xscale, dtype=np.float64)[:, None]).astype(np.float32)
@@ -111,14 +108,10 @@ class ReferenceProvider:
         return self.matmul_i2s(xq, xs, weight)
 
     def matmul_ternary_float(self, x: np.ndarray, weight: ReferenceWeight) -> np.ndarray:
-        if x.ndim != 2 or x.shape[1] != weight.codes.shape[1]:
-            raise ShapeError(f"matmul: activations {x.shape} do not match weight {weight.shape}")
         y = np.asarray(x, np.float64) @ weight.codes.astype(np.float64).T
         return (y * weight.scales.astype(np.float64)[None, :]).astype(np.float32)
 
     def matmul_dense(self, x: np.ndarray, table: np.ndarray) -> np.ndarray:
-        if x.ndim != 2 or x.shape[1] != table.shape[1]:
-            raise ShapeError(f"matmul_dense: {x.shape} does not match table {table.shape}")
         return (np.asarray(x, np.float64) @ np.asarray(table, np.float64).T).astype(np.float32)
 
     def rope(
@@ -129,11 +122,7 @@ class ReferenceProvider:
         style: RopeStyle,
         rot_dim: int,
     ) -> np.ndarray:
-        if x.ndim != 3:
-            raise ShapeError(f"rope expects [T, H, D], got shape {x.shape}")
-        t, _, d = x.shape
-        if rot_dim > d or rot_dim % 2:
-            raise ShapeError(f"rope: rot_dim {rot_dim} must be even and <= head dim {d}")
+        t = x.shape[0]
         half = rot_dim // 2
         inv_freq = float(theta) ** (-np.arange(half, dtype=np.float64) * 2.0 / rot_dim)
         ang = np.asarray(positions, dtype=np.float64).reshape(t, 1) * inv_freq[None, :]
@@ -143,27 +132,20 @@ class ReferenceProvider:
             a, b = out[..., :half].copy(), out[..., half:rot_dim].copy()
             out[..., :half] = a * cos - b * sin
             out[..., half:rot_dim] = b * cos + a * sin
-        elif style == "norm":
+        else:  # "norm"
             a, b = out[..., 0:rot_dim:2].copy(), out[..., 1:rot_dim:2].copy()
             out[..., 0:rot_dim:2] = a * cos - b * sin
             out[..., 1:rot_dim:2] = b * cos + a * sin
-        else:
-            raise UnsupportedOperationError(f"unknown rope style {style!r}")
         return out.astype(np.float32)
 
     def kv_store(self, cache: np.ndarray, x: np.ndarray, start: int) -> None:
-        t = x.shape[0]
-        if start < 0 or start + t > cache.shape[0] or x.shape[1:] != cache.shape[1:]:
-            raise ShapeError(f"kv_store: {x.shape} at {start} does not fit cache {cache.shape}")
-        cache[start : start + t] = x
+        cache[start : start + x.shape[0]] = x
 
     def attention(
         self, q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, start: int
     ) -> np.ndarray:
         t, hq, d = q.shape
         hkv = k_cache.shape[1]
-        if hq % hkv or k_cache.shape[2] != d or start + t > k_cache.shape[0]:
-            raise ShapeError(f"attention: q {q.shape} vs cache {k_cache.shape} at {start}")
         n = start + t
         group = hq // hkv
         k = np.repeat(np.asarray(k_cache[:n], np.float64), group, axis=1)  # [n, hq, d]
@@ -196,9 +178,3 @@ class ReferenceProvider:
 
     def mul(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return (np.asarray(a, np.float32) * np.asarray(b, np.float32)).astype(np.float32)
-
-    def quantize(self, x: np.ndarray, qtype: str) -> Any:
-        """Quantize float weights to a packed ternary format (``bitnet_core.formats``)."""
-        from .. import formats  # the weight formats live there
-
-        return formats.quantize(np.asarray(x, dtype=np.float32), qtype)

@@ -456,21 +456,6 @@ def check_load_ternary(p: Any, rng: np.random.Generator, fmt: str, n: int, k: in
     )
 
 
-def check_quantize(p: Any, rng: np.random.Generator, qtype: str, shape: tuple[int, ...]) -> None:
-    x = rng.standard_normal(shape).astype(np.float32)
-    x.reshape(-1, shape[-1])[0] = 0.0  # an all-zero row
-    want = REFERENCE.quantize(x, qtype)
-    got = p.quantize(x, qtype)
-    what = f"quantize({list(shape)}, {qtype!r})"
-    for attr in ("shape", "qtype"):
-        if getattr(got, attr, None) != getattr(want, attr):
-            raise ConformanceFailure(
-                f"{what}: {attr} {getattr(got, attr, None)!r}, expected {getattr(want, attr)!r}"
-            )
-    assert_close(f"{what} bytes", np.asarray(got.data), np.asarray(want.data))
-    assert_close(f"{what} scales", np.asarray(got.scales), np.asarray(want.scales))
-
-
 # --- the catalogue ---------------------------------------------------------------
 
 #: (T, K, N) of the matrix products: size 1, odd, one off 4/32/128/256, the 2B model's.
@@ -534,14 +519,6 @@ def op_cases() -> list[OpCase]:
             t=t, k=k, n=n, per_tensor=True)  # fmt: skip
     for fmt, (n, k) in format_shapes().items():
         add("load_ternary", f"{fmt}-N{n}-K{k}", check_load_ternary, fmt=fmt, n=n, k=k)
-    try:
-        from ..formats import QTYPES
-    except ImportError:
-        QTYPES = {}
-    for qtype in QTYPES:
-        for shape in ((7,), (3, 256), (5, 512)):
-            add("quantize", f"{qtype}-{'x'.join(map(str, shape))}", check_quantize,
-                qtype=qtype, shape=shape)  # fmt: skip
     for t, k, n, large in MATMUL_SHAPES:
         add("linear", f"T{t}-K{k}-N{n}", check_linear, large=large, t=t, k=k, n=n)
         add("matmul_ternary_float", f"T{t}-K{k}-N{n}", check_matmul_ternary_float,

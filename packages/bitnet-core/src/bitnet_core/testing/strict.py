@@ -64,3 +64,28 @@ def check_greedy_equal(
     got = dut_model.generate_ids(list(prompt), max_tokens=steps, temperature=0.0)
     if got != want:
         raise AssertionError(f"greedy tokens differ: got {got}, expected {want}")
+
+
+def parity_suite(prompt_lengths: Sequence[int]) -> type:
+    """A pytest class of the strict checks on a ``models`` fixture giving (reference
+    model, model on the backend): prefill logits for prompts of ``prompt_lengths``
+    tokens, every decode step's logits, greedy tokens. A backend's test module::
+
+        TestStrictParity = parity_suite([12, 40])
+    """
+    import pytest
+
+    class TestStrictParity:
+        @pytest.mark.parametrize("length", list(prompt_lengths))
+        def test_prefill_logits(self, models: Any, length: int) -> None:
+            ref_model, dut_model = models
+            prompt = (np.arange(length) * 37 + 1) % ref_model.config.vocab_size
+            assert_logits_close(dut_model.logits(prompt), ref_model.logits(prompt))
+
+        def test_decode_steps(self, models: Any) -> None:
+            check_decode_steps(models[0].backend, models[1].backend)
+
+        def test_greedy_tokens(self, models: Any) -> None:
+            check_greedy_equal(*models)
+
+    return TestStrictParity

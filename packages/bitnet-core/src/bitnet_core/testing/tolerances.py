@@ -42,7 +42,6 @@ add, mul                    exact (one IEEE float32 operation)
 load_ternary                a weight in each file format of
                             ``bitnet_core.formats`` through matmul_i2s: as
                             matmul_i2s
-quantize                    exact: the same bytes, scales, shape and qtype
 reshape                     exact: a view of the same values
 whole model (``model.py``)  logits within 1e-2 * max|logits|; greedy tokens
                             identical up to a reference tie

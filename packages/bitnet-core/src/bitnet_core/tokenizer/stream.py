@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import codecs
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .core import Tokenizer
+
+class Detokenizer(Protocol):
+    """What ``StreamDecoder`` needs of a tokenizer (``core.Tokenizer`` has it)."""
+
+    @property
+    def strips_prefix_space(self) -> bool: ...
+
+    def token_bytes(self, token_id: int, *, special: bool = False) -> bytes: ...
+
+    def decode(self, ids: Iterable[int], skip_special: bool = True) -> str: ...
 
 
 class StreamDecoder:
@@ -24,7 +33,7 @@ class StreamDecoder:
     """
 
     def __init__(
-        self, tokenizer: Tokenizer, *, skip_special: bool = True, strip_prefix_space: bool = False
+        self, tokenizer: Detokenizer, *, skip_special: bool = True, strip_prefix_space: bool = False
     ) -> None:
         self.tokenizer = tokenizer
         self.skip_special = skip_special

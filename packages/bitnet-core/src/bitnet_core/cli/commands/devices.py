@@ -8,6 +8,14 @@ import sys
 
 from ...errors import BitnetError
 from ...hal import list_providers, select
+from ...hal.placement import device_ops
+
+
+def placement(provider: object) -> tuple[list[str], list[str]]:
+    """(ops on the device, ops on the host) of a loaded provider."""
+    if provider is None:
+        return [], []
+    return list(device_ops(provider)), list(getattr(provider, "host_ops", ()))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,6 +24,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--device", default=None, help="request to resolve (default: BITNET_DEVICE or auto)"
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--verbose",
+        dest="show_placement",
+        action="store_true",
+        help="also list which ops run on the device and which on the host",
+    )
     p.set_defaults(func=run)
 
 
@@ -40,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
                     "reason": r.availability.reason,
                     "fake": r.availability.fake,
                     "origin": r.origin,
+                    "device_ops": placement(r.provider)[0],
+                    "host_ops": placement(r.provider)[1],
                 }
                 for r in records
             ],
@@ -58,8 +74,12 @@ def run(args: argparse.Namespace) -> int:
                 (mark + r.name, str(r.priority), r.device_kind, status, a.device or a.reason)
             )
         widths = [max(len(row[i]) for row in rows) for i in range(4)]
-        for row in rows:
+        for row, r in zip(rows, [None, *records], strict=True):
             print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[4])
+            if args.show_placement and r is not None and r.provider is not None:
+                on_device, on_host = placement(r.provider)
+                print(f"    on the device: {', '.join(on_device)}")
+                print(f"    on the host:   {', '.join(on_host) or '(none)'}")
         if summary:
             print(f"\n{summary}")
     if error:

@@ -1,4 +1,4 @@
-"""Can this backend run here? Answered without raising (the registry's contract).
+"""The runtime: can this backend run here? Answered without raising (the registry's contract).
 
 A real backend asks its runtime here: is the driver loadable, is there a
 device, does it have what the kernels need (subgroups, fp16, int8 dot

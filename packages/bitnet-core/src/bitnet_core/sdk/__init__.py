@@ -1,0 +1,5 @@
+"""The backend SDK: what every device backend shares, so it writes only its device's part.
+
+- ``runtime``: importing the device SDK and reporting a missing runtime
+  (``RuntimeUnavailable``, an ``Availability`` with the failing step).
+"""

@@ -1,0 +1,56 @@
+"""``DeviceProvider``: the base class of every provider; it checks each op's arguments once.
+
+A subclass writes only its device's part. Each op of ``checks.CHECKS`` that a
+class defines is wrapped when the class is created, so the shared check runs
+before the provider's code (and the provider's body never repeats it). The
+class attributes a plugin describes itself with (``hal.provider.KernelProvider``)
+get their defaults here.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from ..hal.provider import PLUGIN_API_VERSION
+from . import checks
+
+
+def _checked(fn: Callable[..., Any], check: Callable[..., None]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def op(self: Any, *args: Any, **kwargs: Any) -> Any:
+        check(*args, **kwargs)
+        return fn(self, *args, **kwargs)
+
+    op.__checked__ = check  # type: ignore[attr-defined]
+    return op
+
+
+#: the class keywords a provider may describe itself with
+DESCRIPTION = ("name", "family", "device_kind", "priority", "aliases", "fakeable", "distribution")
+
+
+class DeviceProvider:
+    """Defaults of a plugin's self-description, and the argument checks of its ops."""
+
+    plugin_api: ClassVar[int] = PLUGIN_API_VERSION
+    aliases: ClassVar[tuple[str, ...]] = ()
+    fakeable: ClassVar[bool] = False
+    distribution: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **describe: Any) -> None:
+        """``class P(DeviceProvider, family="x", priority=20, ...)``: the self-description
+        as class keywords (any of ``DESCRIPTION``; ``name`` defaults to ``family``)."""
+        unknown = sorted(set(describe) - set(DESCRIPTION))
+        if unknown:
+            raise TypeError(f"{cls.__name__}: unknown provider description {', '.join(unknown)}")
+        super().__init_subclass__()
+        if "family" in describe and "name" not in describe and "name" not in cls.__dict__:
+            describe["name"] = describe["family"]
+        for key, value in describe.items():
+            setattr(cls, key, value)
+        for name, check in checks.CHECKS.items():
+            fn = getattr(cls, name, None)  # its own, or a mixin's not checked yet
+            if callable(fn) and getattr(fn, "__checked__", None) is not check:
+                setattr(cls, name, _checked(fn, check))

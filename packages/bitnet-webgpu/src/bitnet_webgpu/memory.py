@@ -1,0 +1,138 @@
+"""The memory role of the WebGPU backend: device arrays, host copies, resident weights.
+
+``GpuArray`` and ``GpuTernary`` are what the provider's ops take and return;
+``WebGPUMemory`` is the part of ``WebGPUProvider`` that moves data (the
+protocol's memory ops and the helpers the op launches use). It needs
+``self.dev`` (``device.Device``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bitnet_core.errors import ShapeError, UnsupportedOperationError
+from bitnet_core.hal.weights import TernaryWeight
+from bitnet_core.sdk.packing import PACKINGS
+
+
+@dataclass(eq=False)
+class GpuArray:
+    """A device array: a storage buffer plus its logical shape and kind.
+
+    kinds: ``f32``, ``i32``, ``f16`` (a 2-D table stored as u32 pairs, rows padded
+    to an even length), ``q8`` (int8 packed four to a u32, rows padded to 16
+    values, with ``xsum`` the per-row sums).
+    """
+
+    buffer: Any
+    shape: tuple[int, ...]
+    kind: str
+    row_words: int = 0
+    xsum: Any = None
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(eq=False)
+class GpuTernary:
+    """A ternary weight resident on the device: 16 codes per u32, per-row scales."""
+
+    words: Any
+    scales: Any
+    rows: int
+    cols: int
+    kw16: int
+    host: TernaryWeight
+
+
+class WebGPUMemory:
+    """The memory ops and helpers of ``WebGPUProvider`` (see the module docstring)."""
+
+    def to_device(self, array: np.ndarray) -> GpuArray:
+        a = np.asarray(array)
+        if a.dtype == np.float16 and a.ndim == 2:
+            rows, cols = a.shape
+            even = cols + (cols % 2)
+            padded = np.zeros((rows, even), dtype=np.float16)
+            padded[:, :cols] = a
+            buf = self.dev.upload(padded, "f16 table")
+            return GpuArray(buf, a.shape, "f16", row_words=even // 2)
+        if a.dtype == np.int8 and a.ndim == 2:
+            return self._upload_q8(a)
+        if np.issubdtype(a.dtype, np.integer):
+            return GpuArray(self.dev.upload(a.astype(np.int32), "int array"), a.shape, "i32")
+        a32 = np.ascontiguousarray(a, dtype=np.float32)
+        kind_words = a32.shape[-1] if a32.ndim == 2 else 0
+        return GpuArray(self.dev.upload(a32, "array"), a.shape, "f32", row_words=kind_words)
+
+    def _upload_q8(self, xq: np.ndarray) -> GpuArray:
+        t, k = xq.shape
+        kw = max(1, -(-k // 16)) * 4
+        padded = np.zeros((t, kw * 4), dtype=np.int8)
+        padded[:, :k] = xq
+        xsum = xq.astype(np.int32).sum(axis=1, dtype=np.int32)
+        return GpuArray(
+            self.dev.upload(padded, "int8 activations"),
+            (t, k),
+            "q8",
+            row_words=kw,
+            xsum=self.dev.upload(xsum, "activation sums"),
+        )
+
+    def to_host(self, array: Any) -> np.ndarray:
+        if not isinstance(array, GpuArray):
+            return np.asarray(array)
+        if array.kind == "q8":
+            t, k = array.shape
+            raw = self.dev.read(array.buffer, t * array.row_words * 4)
+            return raw.view(np.int8).reshape(t, array.row_words * 4)[:, :k].copy()
+        if array.kind == "f16":
+            rows, cols = array.shape
+            raw = self.dev.read(array.buffer, rows * array.row_words * 4)
+            return raw.view(np.float16).reshape(rows, -1)[:, :cols].copy()
+        dtype = np.int32 if array.kind == "i32" else np.float32
+        raw = self.dev.read(array.buffer, array.size * 4)
+        return raw.view(dtype).reshape(array.shape).copy()
+
+    def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> GpuArray:
+        kind = "i32" if np.issubdtype(np.dtype(dtype), np.integer) else "f32"
+        if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.int32)):
+            raise UnsupportedOperationError(f"webgpu: empty() supports float32/int32, not {dtype}")
+        n = math.prod(shape)
+        return GpuArray(self.dev.buffer(n * 4, "array"), tuple(shape), kind)
+
+    def reshape(self, array: GpuArray, shape: tuple[int, ...]) -> GpuArray:
+        """A view of the same buffer with another row-major shape (f32/i32 arrays)."""
+        if not isinstance(array, GpuArray) or array.kind not in ("f32", "i32"):
+            raise UnsupportedOperationError("webgpu: reshape works on float32/int32 device arrays")
+        if math.prod(shape) != array.size:
+            raise ShapeError(f"reshape: {array.shape} cannot become {tuple(shape)}")
+        return GpuArray(array.buffer, tuple(shape), array.kind)
+
+    def _new(self, shape: tuple[int, ...], what: str = "activations") -> GpuArray:
+        return GpuArray(self.dev.buffer(math.prod(shape) * 4, what), tuple(shape), "f32")
+
+    def load_ternary(self, weight: TernaryWeight) -> GpuTernary:
+        codes, scales = weight.unpack()
+        words = PACKINGS["i2_lanes"].pack(codes)  # rows padded to 16 columns
+        return GpuTernary(
+            words=self.dev.upload(words, f"ternary weight {weight.name}"),
+            scales=self.dev.upload(scales.astype(np.float32), "weight scales"),
+            rows=weight.rows,
+            cols=weight.cols,
+            kw16=words.shape[1],
+            host=weight,
+        )
+
+    def _f32(self, x: Any) -> GpuArray:
+        if isinstance(x, GpuArray):
+            if x.kind != "f32":
+                raise UnsupportedOperationError(f"webgpu: expected a float32 array, got {x.kind}")
+            return x
+        return self.to_device(np.asarray(x, dtype=np.float32))
