@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
@@ -86,6 +87,9 @@ def run(args: argparse.Namespace) -> int:
             yaml.safe_dump(serve_config(parsed, args.host, args.port), sort_keys=False)
         )
         return 0
+    # replicas run this interpreter, where bitnet-core is installed; Ray's default under
+    # `uv run` would instead re-create the project's environment in every worker
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     try:
         import ray
         from ray import serve
