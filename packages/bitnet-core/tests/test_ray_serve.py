@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import signal
+import subprocess
+import sys
 import time
 
 import httpx
@@ -33,21 +36,13 @@ REQUEST_TIMEOUT = 90  # seconds: a request still open after this counts as hung
 @pytest.fixture(scope="module")
 def cluster():
     """A local Ray cluster (2 CPUs, loopback) serving two 1-thread replicas of the demo model."""
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # workers run this interpreter
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # never phone home
     import ray
     from ray import serve
 
-    from bitnet_core.server.ray_serve import build_app
+    from bitnet_core.server.ray_serve import build_app, start_ray
 
-    for attempt in range(3):  # on a loaded machine the raylet can miss Ray's 30 s start window
-        try:
-            ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
-            break
-        except Exception:
-            ray.shutdown()
-            if attempt == 2:
-                raise
+    start_ray(num_cpus=2)
     try:
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -56,6 +51,47 @@ def cluster():
     finally:
         serve.shutdown()
         ray.shutdown()
+
+
+def test_cli_serves_until_interrupted(tmp_path):
+    """``bitnet serve-ray`` starts its own local cluster, serves, and stops on Ctrl-C.
+
+    First in the file: it runs before the module's cluster exists.
+    """
+    port = free_port()
+    log = tmp_path / "serve-ray.log"
+    argv = ["serve-ray", "--replicas", "1", "--threads", "1", "--port", str(port)]
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bitnet_core.cli.main", *argv, "--model-name", "cli"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "bitnet serve-ray did not come up"
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(1)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+        raw = client.completions.with_raw_response.create(model="cli", prompt="O", max_tokens=8)
+        assert raw.headers[HEADER] and raw.parse().usage.completion_tokens >= 1
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            code = proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+    assert code == 130, log.read_text()[-3000:]  # `bitnet`'s exit code for an interrupt
+    assert "bitnet replica " in log.read_text()  # the replica's startup summary reached the log
 
 
 def replicas(url: str, want: int = 2, tries: int = 60) -> dict[str, dict]:

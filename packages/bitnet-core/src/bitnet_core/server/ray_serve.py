@@ -23,12 +23,23 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ray import serve
-from ray.serve import Application
+# Replicas run this interpreter, where bitnet-core is installed; under `uv run`, Ray's
+# default would re-create the project's environment in every worker (read at import)
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
 
-from ..cli.model_options import apply_threads
-from .app import create_app
-from .ray_config import DEPLOYMENT_NAME, RayServeArgs, deployment_options, parse_args
+import ray  # noqa: E402
+from ray import serve  # noqa: E402
+from ray.serve import Application  # noqa: E402
+
+from ..cli.model_options import apply_threads  # noqa: E402
+from .app import create_app  # noqa: E402
+from .ray_config import (  # noqa: E402
+    APP_NAME,
+    DEPLOYMENT_NAME,
+    RayServeArgs,
+    deployment_options,
+    parse_args,
+)
 
 logger = logging.getLogger("ray.serve")
 REPLICA_HEADER = b"x-bitnet-replica"
@@ -175,3 +186,43 @@ def build_app(args: dict[str, Any] | RayServeArgs | None = None) -> Application:
     """Ray Serve application builder: ``RayServeArgs`` in, the bound deployment out."""
     parsed = parse_args(args)
     return BitnetServer.options(**deployment_options(parsed)).bind(parsed.model_dump())
+
+
+def start_ray(address: str | None = None, num_cpus: int | None = None, attempts: int = 3) -> None:
+    """``ray.init``: join ``address``, else start a local cluster on loopback.
+
+    Retried: on a loaded machine a new local node can miss Ray's fixed 30 s
+    start-up window.
+    """
+    local = {} if address else {"_node_ip_address": "127.0.0.1", "include_dashboard": False}
+    for attempt in range(attempts):
+        try:
+            ray.init(address=address, num_cpus=num_cpus, **local)
+            return
+        except Exception:
+            ray.shutdown()
+            if attempt == attempts - 1:
+                raise
+
+
+def serve_until_stopped(
+    args: RayServeArgs, host: str, port: int, address: str | None = None
+) -> None:
+    """Serve the application on ``host:port`` until interrupted (``bitnet serve-ray``).
+
+    Without ``address`` a local cluster is started and shut down with it; with
+    one, only this application is removed from the cluster at the end.
+    """
+    start_ray(address)
+    try:
+        serve.start(http_options={"host": host, "port": port})
+        serve.run(build_app(args), name=APP_NAME, route_prefix="/")
+        print(f"serving on http://{host}:{port} (Ray Serve app {APP_NAME!r})", file=sys.stderr)
+        while True:
+            time.sleep(3600)
+    finally:
+        if address:
+            serve.delete(APP_NAME)
+        else:
+            serve.shutdown()
+        ray.shutdown()

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 from typing import Any
 
 from ...errors import ConfigError
@@ -75,7 +73,7 @@ def app_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...server.ray_config import APP_NAME, parse_args, serve_config
+    from ...server.ray_config import parse_args, serve_config
 
     if not 0 < args.port <= 65535:
         raise ConfigError(f"--port out of range: {args.port}")
@@ -87,28 +85,11 @@ def run(args: argparse.Namespace) -> int:
             yaml.safe_dump(serve_config(parsed, args.host, args.port), sort_keys=False)
         )
         return 0
-    # replicas run this interpreter, where bitnet-core is installed; Ray's default under
-    # `uv run` would instead re-create the project's environment in every worker
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     try:
-        import ray
-        from ray import serve
-
-        from ...server.ray_serve import build_app
+        from ...server.ray_serve import serve_until_stopped
     except ImportError as exc:
         raise ConfigError(
             f"bitnet serve-ray needs the ray extra: pip install 'bitnet-core[ray]' ({exc})"
         ) from exc
-    ray.init(address=args.address)
-    try:
-        serve.start(http_options={"host": args.host, "port": args.port})
-        serve.run(build_app(parsed), name=APP_NAME, route_prefix="/")
-        print(
-            f"serving on http://{args.host}:{args.port} (Ray Serve app {APP_NAME!r})",
-            file=sys.stderr,
-        )
-        while True:
-            time.sleep(3600)
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    serve_until_stopped(parsed, args.host, args.port, args.address)
+    return 0
