@@ -1,0 +1,95 @@
+"""``bitnet serve-ray``: ``bitnet serve`` as a Ray Serve application (docs/SCALING.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ...errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve-ray",
+        help="the OpenAI-compatible server as a Ray Serve application (replicas, autoscaling)",
+        description="Serve replicas of the model behind one HTTP endpoint with Ray Serve; "
+        "without --address a local Ray cluster is started here.",
+    )
+    p.add_argument("--model", "-m", default=None, help="GGUF model, the same path on every node")
+    p.add_argument("--device", default=None, help="device of each replica, selected on its node")
+    p.add_argument("--threads", "-t", type=int, default=None, help="CPU threads per replica")
+    p.add_argument("--replicas", type=int, default=None, help="fixed number of replicas (1)")
+    p.add_argument("--min-replicas", type=int, default=None, help="autoscaling: lower bound")
+    p.add_argument("--max-replicas", type=int, default=None, help="autoscaling: upper bound")
+    p.add_argument(
+        "--target-ongoing-requests",
+        type=float,
+        default=None,
+        help="autoscaling: ongoing requests per replica to aim for (default: --max-active)",
+    )
+    p.add_argument("--num-cpus", type=float, default=None, help="CPUs per replica (--threads)")
+    p.add_argument(
+        "--num-gpus", type=float, default=None, help="GPUs per replica (1 for --device cuda)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address of Ray's HTTP proxy")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
+    p.add_argument("--model-name", default=None, help="name clients use (default: the file's stem)")
+    p.add_argument("--max-active", type=int, default=8, help="sequences each replica decodes")
+    p.add_argument(
+        "--max-queue", type=int, default=256, help="requests waiting for a replica before 503"
+    )
+    p.add_argument("--max-tokens", type=int, default=256, help="default max_tokens of a request")
+    p.add_argument(
+        "--address", default=None, help="a running Ray cluster (default: start a local one)"
+    )
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the Ray Serve config file for `serve deploy` and exit",
+    )
+    p.set_defaults(func=run)
+
+
+def app_args(args: argparse.Namespace) -> dict[str, Any]:
+    keys = (
+        "model",
+        "device",
+        "threads",
+        "model_name",
+        "api_key",
+        "max_active",
+        "max_queue",
+        "max_tokens",
+        "replicas",
+        "min_replicas",
+        "max_replicas",
+        "target_ongoing_requests",
+        "num_cpus",
+        "num_gpus",
+    )
+    return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+
+
+def run(args: argparse.Namespace) -> int:
+    from ...server.ray_config import parse_args, serve_config
+
+    if not 0 < args.port <= 65535:
+        raise ConfigError(f"--port out of range: {args.port}")
+    parsed = parse_args(app_args(args))
+    if args.print_config:
+        import yaml
+
+        sys.stdout.write(
+            yaml.safe_dump(serve_config(parsed, args.host, args.port), sort_keys=False)
+        )
+        return 0
+    try:
+        from ...server.ray_serve import serve_until_stopped
+    except ImportError as exc:
+        raise ConfigError(
+            f"bitnet serve-ray needs the ray extra: pip install 'bitnet-core[ray]' ({exc})"
+        ) from exc
+    serve_until_stopped(parsed, args.host, args.port, args.address)
+    return 0

@@ -1,0 +1,140 @@
+"""What a Ray Serve deployment of ``bitnet serve`` is made of, without importing Ray.
+
+``RayServeArgs`` are the application's arguments (the ``args:`` of a Ray Serve
+config file, or ``bitnet serve-ray``'s flags); ``deployment_options`` turns them
+into Ray Serve's deployment options: replicas or ``autoscaling_config``,
+``ray_actor_options`` (CPUs and GPUs per replica) and ``max_ongoing_requests``
+tied to the server's ``--max-active``/``--max-queue``; ``serve_config`` writes
+the whole config file ``serve deploy`` reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..errors import ConfigError
+
+APP_NAME = "bitnet"
+DEPLOYMENT_NAME = "BitnetServer"
+IMPORT_PATH = "bitnet_core.server.ray_serve:build_app"
+GPU_DEVICES = ("cuda", "gpu")  # devices whose replicas ask Ray for a GPU
+# fields that become Ray Serve deployment options rather than engine settings
+RAY_FIELDS = frozenset(
+    {"replicas", "min_replicas", "max_replicas", "target_ongoing_requests", "num_cpus", "num_gpus"}
+)
+
+
+class RayServeArgs(BaseModel):
+    """The application's arguments; every field has ``bitnet serve``'s meaning."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: str | None = None  # a GGUF path on every node (None: the bundled demo model)
+    device: str | None = None  # resolved on the replica's node
+    threads: int | None = Field(default=None, ge=1)  # CPU threads per replica
+    model_name: str | None = None
+    api_key: str | None = None
+    max_active: int = Field(default=8, ge=1)
+    max_queue: int = Field(default=256, ge=1)
+    max_tokens: int = Field(default=256, ge=1)
+    # Ray Serve: a fixed number of replicas, or autoscaling bounds
+    replicas: int | None = Field(default=None, ge=1)
+    min_replicas: int | None = Field(default=None, ge=0)
+    max_replicas: int | None = Field(default=None, ge=1)
+    target_ongoing_requests: float | None = Field(default=None, gt=0)
+    num_cpus: float | None = Field(default=None, ge=0)
+    num_gpus: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> RayServeArgs:
+        autoscaling = self.min_replicas is not None or self.max_replicas is not None
+        if autoscaling and self.replicas is not None:
+            raise ValueError("give replicas, or min_replicas/max_replicas, not both")
+        if autoscaling:
+            if self.min_replicas is None or self.max_replicas is None:
+                raise ValueError("autoscaling needs both min_replicas and max_replicas")
+            if self.min_replicas > self.max_replicas:
+                raise ValueError(
+                    f"min_replicas ({self.min_replicas}) > max_replicas ({self.max_replicas})"
+                )
+        elif self.target_ongoing_requests is not None:
+            raise ValueError("target_ongoing_requests needs min_replicas/max_replicas")
+        return self
+
+    @property
+    def wants_gpu(self) -> bool:
+        return (self.device or "").lower().split(":")[0] in GPU_DEVICES
+
+    def replica_threads(self) -> int:
+        """CPU threads of each replica's kernels: ``threads``, else its CPUs, else 1."""
+        if self.threads is not None:
+            return self.threads
+        return max(1, int(self.num_cpus)) if self.num_cpus else 1
+
+
+def parse_args(args: dict[str, Any] | RayServeArgs | None) -> RayServeArgs:
+    """The arguments, checked; a bad one is a ``ConfigError`` naming it."""
+    if isinstance(args, RayServeArgs):
+        return args
+    try:
+        return RayServeArgs.model_validate(args or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"ray serve args: {where + ': ' if where else ''}{msg}") from exc
+
+
+def deployment_options(args: RayServeArgs) -> dict[str, Any]:
+    """Ray Serve options of the deployment (``Deployment.options(**...)``).
+
+    A replica takes at most ``max_active`` requests (the sequences it decodes
+    together); up to ``max_queue`` more wait in Ray's router for whichever
+    replica frees a slot first, so a replica that dies loses only the requests
+    it was decoding, and further ones get HTTP 503 from Ray's proxy.
+    """
+    actor: dict[str, Any] = {
+        "num_cpus": args.num_cpus if args.num_cpus is not None else args.replica_threads()
+    }
+    num_gpus = args.num_gpus if args.num_gpus is not None else (1 if args.wants_gpu else 0)
+    if num_gpus:
+        actor["num_gpus"] = num_gpus
+    opts: dict[str, Any] = {
+        "max_ongoing_requests": args.max_active,
+        "max_queued_requests": args.max_queue,
+        "ray_actor_options": actor,
+    }
+    if args.min_replicas is not None:
+        opts["autoscaling_config"] = {
+            "min_replicas": args.min_replicas,
+            "max_replicas": args.max_replicas,
+            "target_ongoing_requests": args.target_ongoing_requests or args.max_active,
+        }
+    else:
+        opts["num_replicas"] = args.replicas or 1
+    return opts
+
+
+def serve_config(args: RayServeArgs, host: str = "0.0.0.0", port: int = 8000) -> dict[str, Any]:
+    """A Ray Serve config file (``serve deploy FILE``) for this application.
+
+    The engine settings go to the builder's ``args``; replicas, autoscaling and
+    resources to the ``deployments`` entry, where ``serve deploy`` reads them.
+    """
+    app_args = args.model_dump(exclude_none=True, exclude_defaults=True, exclude=set(RAY_FIELDS))
+    app_args["threads"] = args.replica_threads()
+    return {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": host, "port": port},
+        "applications": [
+            {
+                "name": APP_NAME,
+                "route_prefix": "/",
+                "import_path": IMPORT_PATH,
+                "args": app_args,
+                "deployments": [{"name": DEPLOYMENT_NAME, **deployment_options(args)}],
+            }
+        ],
+    }
