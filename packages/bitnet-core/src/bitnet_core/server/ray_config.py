@@ -19,7 +19,6 @@ from ..errors import ConfigError
 APP_NAME = "bitnet"
 DEPLOYMENT_NAME = "BitnetServer"
 IMPORT_PATH = "bitnet_core.server.ray_serve:build_app"
-GPU_DEVICES = ("cuda", "gpu")  # devices whose replicas ask Ray for a GPU
 # fields that become Ray Serve deployment options rather than engine settings
 RAY_FIELDS = frozenset(
     {"replicas", "min_replicas", "max_replicas", "target_ongoing_requests", "num_cpus", "num_gpus"}
@@ -65,7 +64,17 @@ class RayServeArgs(BaseModel):
 
     @property
     def wants_gpu(self) -> bool:
-        return (self.device or "").lower().split(":")[0] in GPU_DEVICES
+        """Whether only a GPU meets the device request (its replicas ask Ray for one): ``gpu``,
+        or a family or provider the installed plugins describe as a GPU device."""
+        request = (self.device or "").lower().split(":")[0]
+        if request == "gpu":
+            return True
+        from ..hal.registry import REGISTRY
+
+        family = REGISTRY.aliases().get(request, request)
+        return any(
+            r.device_kind == "gpu" and family in (r.family, r.name) for r in REGISTRY.records()
+        )
 
     def replica_threads(self) -> int:
         """CPU threads of each replica's kernels: ``threads``, else its CPUs, else 1."""
