@@ -30,7 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--num-cpus", type=float, default=None, help="CPUs per replica (--threads)")
     p.add_argument(
-        "--num-gpus", type=float, default=None, help="GPUs per replica (default: 1 for a GPU device request, else 0)"
+        "--num-gpus",
+        type=float,
+        default=None,
+        help="GPUs per replica (default: 1 for a GPU device request, else 0)",
     )
     p.add_argument("--host", default="127.0.0.1", help="address of Ray's HTTP proxy")
     p.add_argument("--port", type=int, default=8000)
