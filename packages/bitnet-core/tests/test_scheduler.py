@@ -39,8 +39,9 @@ def _greedy(n: int) -> SamplingParams:
 
 
 async def _collect(job) -> str:
+    """The job's text; each queue item is (piece or DONE, time, tokens so far)."""
     parts = []
-    while (item := await job.out.get()) is not DONE:
+    while (item := (await asyncio.wait_for(job.out.get(), 120))[0]) is not DONE:
         parts.append(item)
     return "".join(parts)
 
