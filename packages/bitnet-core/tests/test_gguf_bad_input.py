@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -119,6 +122,47 @@ def test_missing_tensor_is_named(tmp_path, model_bytes):
     data = model_bytes.replace(b"blk.1.ffn_up.weight", b"blk.1.ffn_up.weighX")
     with pytest.raises(ModelFileError, match=r"bad\.gguf: missing tensor 'blk\.1\.ffn_up\.weight'"):
         open_model_file(_write(tmp_path, data))
+
+
+#: Open a file in a child capped at 1 GiB of address space: a regression fails
+#: with a MemoryError or the timeout instead of eating the machine.
+_CAPPED_OPEN = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from bitnet_core.errors import ModelFileError
+from bitnet_core.gguf import open_model_file
+try:
+    open_model_file(sys.argv[1])
+except ModelFileError as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def _open_capped(path) -> str:
+    run = subprocess.run(
+        [sys.executable, "-c", _CAPPED_OPEN, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"},
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout
+
+
+@pytest.mark.parametrize("high", [0x01, 0xDB])
+def test_hostile_block_count_fails_at_once(tmp_path, model_bytes, high):
+    """One byte of ``block_count`` (2 -> 16777218 or 3674210306, as the fuzz test once drew)
+    must not expand into a tensor-name list of billions of entries."""
+    key = b"bitnet.block_count"
+    pos = model_bytes.index(key) + len(key) + 4  # key, value type -> the uint32 value
+    assert struct.unpack_from("<I", model_bytes, pos)[0] == 2
+    data = bytearray(model_bytes)
+    data[pos + 3] = high
+    p = _write(tmp_path, bytes(data))
+    out = _open_capped(p)
+    assert out.startswith("ModelFileError"), out
+    assert "missing tensor 'blk.2.attn_norm.weight'" in out
 
 
 @settings(

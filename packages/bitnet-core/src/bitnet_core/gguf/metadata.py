@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,12 +145,13 @@ def ternary_tensor_names(config: BitNetConfig) -> list[str]:
     return [n.format(i=i) for i in range(config.num_layers) for n in TERNARY_LAYER_TENSORS]
 
 
-def expected_shapes(config: BitNetConfig) -> dict[str, tuple[int, ...]]:
-    """Required tensor -> shape in numpy order ((rows, cols): rows = output features)."""
+def iter_expected_shapes(config: BitNetConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """``expected_shapes`` one tensor at a time, layer by layer (nothing built up front)."""
     h, ff, kv, v = config.hidden_size, config.intermediate_size, config.kv_dim, config.vocab_size
-    shapes: dict[str, tuple[int, ...]] = {TOKEN_EMBD: (v, h), OUTPUT_NORM: (h,)}
+    yield TOKEN_EMBD, (v, h)
+    yield OUTPUT_NORM, (h,)
     if not config.tied_embeddings:
-        shapes[OUTPUT] = (v, h)
+        yield OUTPUT, (v, h)
     per_layer = {
         ATTN_NORM: (h,),
         ATTN_Q: (h, h),
@@ -165,8 +167,12 @@ def expected_shapes(config: BitNetConfig) -> dict[str, tuple[int, ...]]:
     }
     for i in range(config.num_layers):
         for name, shape in per_layer.items():
-            shapes[name.format(i=i)] = shape
-    return shapes
+            yield name.format(i=i), shape
+
+
+def expected_shapes(config: BitNetConfig) -> dict[str, tuple[int, ...]]:
+    """Required tensor -> shape in numpy order ((rows, cols): rows = output features)."""
+    return dict(iter_expected_shapes(config))
 
 
 def scale_tensor_name(weight_name: str) -> str:
@@ -178,9 +184,14 @@ def scale_tensor_name(weight_name: str) -> str:
 def check_shapes(
     config: BitNetConfig, shapes: dict[str, tuple[int, ...]], path: Path | None
 ) -> None:
-    """Raise ``ModelFileError`` naming the first missing or mis-shaped tensor."""
-    expected = expected_shapes(config)
-    for name, want in expected.items():
+    """Raise ``ModelFileError`` naming the first missing or mis-shaped tensor.
+
+    The required names are walked lazily and the walk stops at the first one
+    missing, so its length is bounded by ``len(shapes)``: a hostile
+    ``block_count`` (billions of layers) fails at once instead of expanding
+    into a list of names that no file could hold.
+    """
+    for name, want in iter_expected_shapes(config):
         if name not in shapes:
             raise ModelFileError(f"missing tensor {name!r}", path)
         if tuple(shapes[name]) != want:
@@ -194,7 +205,7 @@ def check_shapes(
             n = 1
             for d in shapes[sname]:
                 n *= d
-            rows = expected[name][0]
+            rows = shapes[name][0]
             if n not in (1, rows):
                 raise ModelFileError(
                     f"scale tensor {sname!r} has {n} values (1 or {rows} allowed)", path
