@@ -166,7 +166,7 @@ def run_lane(lane: Lane) -> Result:
         # One package per pytest run, so test files never collide across packages and
         # "prepend" lets a package's tests import their helper modules (tests/*.py).
         cmd = [sys.executable, "-m", "pytest", *paths, "-q", "-p", "no:cacheprovider",
-               "--import-mode=prepend"]  # fmt: skip
+               "--import-mode=prepend", "--durations=10"]  # fmt: skip
         if lane.markers:
             cmd += ["-m", lane.markers]
         print("$ python " + " ".join(cmd[1:]), flush=True)
