@@ -25,6 +25,17 @@ TINY = BitNetConfig(
     context_length=128,
 )
 
+#: A small model for text in and out (server, CLI, hub tests): ffn 256, context 128.
+TEXT_MODEL = BitNetConfig(
+    vocab_size=300,
+    hidden_size=256,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    intermediate_size=256,
+    context_length=128,
+)
+
 
 def random_tensors(config: BitNetConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """Random float weights for every tensor ``config`` needs (ternary ones not yet ternary)."""

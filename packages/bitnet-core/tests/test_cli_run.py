@@ -6,20 +6,12 @@ import io
 import json
 
 import pytest
+from formats_testlib import TEXT_MODEL
 
 from bitnet_core.cli.main import main
-from bitnet_core.config import BitNetConfig
 from bitnet_core.model.receipt import read_receipt
 
-CFG = BitNetConfig(
-    vocab_size=300,
-    hidden_size=256,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    intermediate_size=256,
-    context_length=128,
-)
+CFG = TEXT_MODEL
 
 
 def error_lines(err: str) -> list[str]:

@@ -9,25 +9,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from formats_testlib import TEXT_MODEL
 from hf_layouts import bitnet_checkpoint
 from local_hub import LocalHub
 
 import bitnet_core
 from bitnet_core.cli.main import main
-from bitnet_core.config import BitNetConfig
 from bitnet_core.errors import HubError
 from bitnet_core.hub import HubRef, choose_gguf, parse_model_ref
 from bitnet_core.model import random_model_file
 
-CFG = BitNetConfig(
-    vocab_size=300,
-    hidden_size=256,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    intermediate_size=256,
-    context_length=128,
-)
+CFG = TEXT_MODEL
 
 
 @pytest.fixture(scope="module")

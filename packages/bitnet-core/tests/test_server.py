@@ -16,21 +16,14 @@ uvicorn = pytest.importorskip("uvicorn")
 openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 
-from bitnet_core.config import BitNetConfig  # noqa: E402
+from formats_testlib import TEXT_MODEL  # noqa: E402
+
 from bitnet_core.model.api import load  # noqa: E402
 from bitnet_core.model.random import random_model_file  # noqa: E402
 from bitnet_core.server.app import create_app  # noqa: E402
 from bitnet_core.server.live import LiveServer  # noqa: E402
 
-CONFIG = BitNetConfig(
-    vocab_size=300,
-    hidden_size=256,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    intermediate_size=256,
-    context_length=128,
-)
+CONFIG = TEXT_MODEL
 API_KEY = "sk-test-key"
 BODY_CAP = 1 << 16
 

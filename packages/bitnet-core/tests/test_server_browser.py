@@ -29,27 +29,19 @@ def _wait_status(driver, By, WebDriverWait) -> str:
 
 @pytest.mark.parametrize("api_key", [None, "sk-page-key"])
 def test_chat_page_streams_a_reply(tmp_path, api_key):
+    from formats_testlib import TEXT_MODEL
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from bitnet_core.config import BitNetConfig
     from bitnet_core.model.api import load
     from bitnet_core.model.random import random_model_file
     from bitnet_core.server.app import create_app
     from bitnet_core.server.live import LiveServer
 
     path = tmp_path / "page.gguf"
-    config = BitNetConfig(
-        vocab_size=300,
-        hidden_size=256,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        intermediate_size=256,
-        context_length=128,
-    )
+    config = TEXT_MODEL
     random_model_file(path, config, seed=5)
     model = load(path, device="cpu")
     app = create_app(model, "page-model", api_key=api_key, default_max_tokens=16)
