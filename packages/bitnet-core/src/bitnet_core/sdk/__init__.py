@@ -2,4 +2,6 @@
 
 - ``runtime``: importing the device SDK and reporting a missing runtime
   (``RuntimeUnavailable``, an ``Availability`` with the failing step).
+- ``trace``: ``LaunchTrace``, what a provider actually ran (kernels,
+  submissions, fallbacks).
 """

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from ..hal.provider import PLUGIN_API_VERSION
 from . import checks
+from .trace import LaunchTrace
 
 
 def _checked(fn: Callable[..., Any], check: Callable[..., None]) -> Callable[..., Any]:
@@ -54,3 +55,11 @@ class DeviceProvider:
             fn = getattr(cls, name, None)  # its own, or a mixin's not checked yet
             if callable(fn) and getattr(fn, "__checked__", None) is not check:
                 setattr(cls, name, _checked(fn, check))
+
+    @property
+    def trace(self) -> LaunchTrace:
+        """What this provider ran (``sdk.trace``): kernels, submissions, fallbacks."""
+        trace = self.__dict__.get("_launch_trace")
+        if trace is None:
+            trace = self.__dict__["_launch_trace"] = LaunchTrace()
+        return trace

@@ -1,0 +1,57 @@
+"""What a provider actually ran: kernel launches, queue submissions and fallbacks.
+
+Every ``DeviceProvider`` owns one ``LaunchTrace`` (``provider.trace``). The
+backend's code calls
+
+- ``trace.kernel(name)`` for each kernel it launches or records (a fused
+  kernel under its own name; a replayed step need not repeat it),
+- ``trace.submit()`` for each submission to the device's queue (one
+  ``vkQueueSubmit``, one OpenCL enqueue, one WebGPU ``queue.submit``, one
+  CUDA graph launch),
+- ``trace.fallback(reason)`` when it gives up a faster path (a recorded or
+  graph-captured step) for a slower one: logged, kept for the receipt, and a
+  ``StrictModeError`` under ``BITNET_STRICT_MODE=1``.
+
+The receipt lists ``kernels`` and ``fallbacks``; ``bitnet bench --profile``
+reads ``submissions`` before and after each decode step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+from ..errors import StrictModeError
+from ..hal.selection import strict_mode
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LaunchTrace:
+    """Counts of what one provider ran since it was created."""
+
+    kernels: Counter[str] = field(default_factory=Counter)
+    submissions: int = 0
+    fallbacks: list[str] = field(default_factory=list)
+
+    def kernel(self, name: str, count: int = 1) -> None:
+        """``count`` launches (or recordings) of the kernel ``name``."""
+        self.kernels[name] += count
+
+    def submit(self, count: int = 1) -> None:
+        """``count`` submissions to the device's queue."""
+        self.submissions += count
+
+    def fallback(self, reason: str) -> None:
+        """A faster path was given up: an error in strict mode, else logged and kept."""
+        if strict_mode():
+            raise StrictModeError(f"fallback under BITNET_STRICT_MODE: {reason}")
+        if reason not in self.fallbacks:
+            log.warning("%s", reason)
+            self.fallbacks.append(reason)
+
+    def kernel_names(self) -> list[str]:
+        """The kernels seen so far, sorted."""
+        return sorted(self.kernels)
