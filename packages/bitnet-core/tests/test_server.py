@@ -429,6 +429,8 @@ def test_cli_serve_starts_and_answers(tmp_path, model):
             "2",
             "--kv-budget",
             "16",
+            "--step-tokens",
+            "24",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -463,6 +465,7 @@ def test_cli_serve_starts_and_answers(tmp_path, model):
             2 * CONFIG.num_layers * CONFIG.num_kv_heads * CONFIG.head_dim * 4 * 64
         )  # f32, blocks of 64
         assert f"bitnet_kv_cache_max_blocks {(16 << 20) // kv_bytes_per_block}" in metrics
+        assert "bitnet_step_tokens_limit 24\n" in metrics
     finally:
         proc.terminate()
         proc.wait(timeout=20)
@@ -482,6 +485,15 @@ def test_cli_serve_starts_and_answers(tmp_path, model):
         timeout=60,
     )
     assert bad.returncode != 0 and "error:" in bad.stderr and "Traceback" not in bad.stderr
+    tight = subprocess.run(  # a step must hold every decoding sequence and some prompt
+        [sys.executable, "-m", "bitnet_core.cli.main", "serve", "--model", str(path)]
+        + ["-np", "4", "--step-tokens", "4"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert tight.returncode != 0 and "--step-tokens (4) must be above --parallel (4)" in tight.stderr
+    assert "Traceback" not in tight.stderr
 
 
 # --- structured output and logprobs -------------------------------------------------

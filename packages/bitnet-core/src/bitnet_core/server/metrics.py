@@ -100,6 +100,20 @@ def render_metrics(
             scheduler.queue_depth,
         ),
         ("bitnet_active_sequences", "gauge", "Sequences decoding now", scheduler.active),
+        ("bitnet_batched_steps_total", "counter", "Batched forward steps", s.steps_total),
+        (
+            "bitnet_step_tokens_total",
+            "counter",
+            "Tokens through the batched steps",
+            s.step_tokens_total,
+        ),
+        ("bitnet_step_tokens_max", "gauge", "The most tokens one step carried", s.step_tokens_max),
+        (
+            "bitnet_step_tokens_limit",
+            "gauge",
+            "Tokens one step may carry (--step-tokens)",
+            scheduler.step_tokens,
+        ),
         ("bitnet_kv_cache_used_bytes", "gauge", "KV cache bytes in use", kv.get("used_bytes", 0)),
         (
             "bitnet_kv_cache_used_blocks",

@@ -40,6 +40,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-tokens", type=int, default=256, help="default max_tokens of a request")
     p.add_argument(
+        "--step-tokens",
+        "--max-num-batched-tokens",
+        dest="step_tokens",
+        type=int,
+        default=None,
+        help="tokens one batched step may carry: one per decoding sequence, the rest feed "
+        "prompts in chunks (vLLM's --max-num-batched-tokens; default max(128, --parallel + 1))",
+    )
+    p.add_argument(
         "--max-body-bytes",
         type=int,
         default=8 << 20,
@@ -62,6 +71,11 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) <= 0 or (name == "port" and args.port > 65535):
             flag = "--parallel" if name == "max_active" else f"--{name.replace('_', '-')}"
             raise ConfigError(f"{flag} out of range: {getattr(args, name)}")
+    if args.step_tokens is not None and args.step_tokens <= args.max_active:
+        raise ConfigError(
+            f"--step-tokens ({args.step_tokens}) must be above --parallel ({args.max_active}): "
+            "every decoding sequence takes one token of a step and prompts need the rest"
+        )
     model = load_model(args)
     name = args.model_name or (Path(model.path).stem if model.path else "bitnet")
     app = create_app(
@@ -72,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         max_queue=args.max_queue,
         default_max_tokens=args.max_tokens,
         max_body_bytes=args.max_body_bytes,
+        step_tokens=args.step_tokens,
     )
     print(f"serving {name} on http://{args.host}:{args.port}", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
