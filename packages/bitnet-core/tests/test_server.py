@@ -492,7 +492,9 @@ def test_cli_serve_starts_and_answers(tmp_path, model):
         text=True,
         timeout=60,
     )
-    assert tight.returncode != 0 and "--step-tokens (4) must be above --parallel (4)" in tight.stderr
+    assert (
+        tight.returncode != 0 and "--step-tokens (4) must be above --parallel (4)" in tight.stderr
+    )
     assert "Traceback" not in tight.stderr
 
 
