@@ -588,3 +588,40 @@ def test_completion_logprobs(client):
         for t, x in zip(lp.top_logprobs, lp.token_logprobs, strict=True)
     )
     assert lp.text_offset[0] == 0
+
+
+def test_logprobs_leave_out_what_a_stop_string_cut(client):
+    """The tokens listed are those whose text the client got: a stop string's tokens are not."""
+    full = client.completions.create(
+        model="tiny", prompt="ab", max_tokens=10, temperature=0, logprobs=0
+    )
+    tokens, text = full.choices[0].logprobs.tokens, full.choices[0].text
+    offsets = full.choices[0].logprobs.text_offset
+    cut = next(
+        (k for k in range(1, len(tokens)) if tokens[k] and text.find(tokens[k]) == offsets[k]),
+        None,
+    )
+    assert cut is not None, f"no usable stop string in {text!r}"
+    r = client.completions.create(
+        model="tiny", prompt="ab", max_tokens=10, temperature=0, logprobs=0, stop=[tokens[cut]]
+    )
+    assert r.choices[0].finish_reason == "stop" and r.choices[0].text == text[: offsets[cut]]
+    assert r.choices[0].logprobs.tokens == tokens[:cut]
+    assert r.usage.completion_tokens == cut + 1  # the stop string's token was generated
+    chat = dict(model="tiny", messages=[{"role": "user", "content": "hi"}], temperature=0)
+    ref = client.chat.completions.create(max_tokens=10, logprobs=True, **chat)
+    pieces = [e.token for e in ref.choices[0].logprobs.content]
+    content = ref.choices[0].message.content
+    at = next(k for k in range(1, len(pieces)) if pieces[k] and content.find(pieces[k]) > 0)
+    stop = pieces[at]
+    streamed = client.chat.completions.create(
+        max_tokens=10, logprobs=True, stop=[stop], stream=True, **chat
+    )
+    got_text, got_tokens = "", []
+    for c in streamed:
+        if c.choices:
+            got_text += c.choices[0].delta.content or ""
+            if c.choices[0].logprobs:
+                got_tokens += [e.token for e in c.choices[0].logprobs.content]
+    assert got_text == content[: content.find(stop)]
+    assert "".join(got_tokens) == got_text

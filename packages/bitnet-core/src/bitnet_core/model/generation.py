@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -168,6 +169,8 @@ class TextPieces:
     Each piece is the new text of ``decode(prompt + generated)`` (so leading
     spaces come out right); a trailing incomplete UTF-8 character waits for
     the next token. ``stopped`` turns true once a stop string was seen.
+    ``tokens_shown`` counts the generated tokens whose text is at least partly
+    in the pieces handed out (not the ones a stop string cut, nor an end token).
     """
 
     def __init__(
@@ -180,6 +183,16 @@ class TextPieces:
         self._emitted = 0
         self._text = ""
         self._matcher = StopMatcher(stops)
+        self._starts: list[int] = []  # where each generated token's text begins
+        self._shown = 0  # characters handed out
+
+    @property
+    def tokens_shown(self) -> int:
+        return bisect.bisect_left(self._starts, self._shown)
+
+    def _out(self, piece: str) -> str:
+        self._shown += len(piece)
+        return piece
 
     @property
     def stopped(self) -> bool:
@@ -188,6 +201,7 @@ class TextPieces:
     def feed(self, tok: int) -> str:
         """The text that ``tok`` completes (possibly empty)."""
         self._generated.append(tok)
+        self._starts.append(len(self._text.rstrip("\ufffd")))
         text = self._decode(self._prompt + self._generated)
         base = self._base
         text = text[len(base) :] if text.startswith(base) else self._decode(self._generated)
@@ -195,11 +209,11 @@ class TextPieces:
         if text.endswith("\ufffd"):
             return ""
         piece, self._emitted = text[self._emitted :], len(text)
-        return self._matcher.feed(piece)
+        return self._out(self._matcher.feed(piece))
 
     def finish(self) -> str:
         """The held-back text at the end of generation."""
-        return self._matcher.feed(self._text[self._emitted :]) + self._matcher.flush()
+        return self._out(self._matcher.feed(self._text[self._emitted :]) + self._matcher.flush())
 
 
 def stream_text(

@@ -246,6 +246,10 @@ def create_app(
                 "server_error" if status == 500 else "invalid_request_error",
             )
 
+    def shown(job: Job) -> int:
+        """Tokens whose text the client has (logprobs leave out what a stop string cut)."""
+        return job.text.tokens_shown if job.text is not None else 0
+
     def usage(job: Job) -> dict:
         p, c = job.stats.prompt_tokens or len(job.prompt_ids), job.stats.generated_tokens
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
@@ -273,7 +277,7 @@ def create_app(
         def chunk(text: str, finish: str | None) -> dict:
             logprobs = None
             if recorder is not None:
-                entries = recorder.entries[sent[0] :]
+                entries = recorder.entries[sent[0] : shown(job)]
                 logprobs = completion_logprobs(model.tokenizer, entries, sent[1])
                 sent[0] += len(entries)
                 sent[1] += sum(len(t) for t in logprobs["tokens"])
@@ -322,7 +326,7 @@ def create_app(
         def logprobs() -> dict | None:
             if recorder is None:
                 return None
-            entries = recorder.entries[sent[0] :]
+            entries = recorder.entries[sent[0] : shown(job)]
             sent[0] += len(entries)
             return chat_logprobs(model.tokenizer, entries)
 
