@@ -71,6 +71,9 @@ def test_cpu_replica_asks_for_no_gpu_and_explicit_resources_win():
         ({"threads": 0}, "threads"),
         ({"max_active": -1}, "max_active"),
         ({"replica": 2}, "replica"),  # a typo is refused, not ignored
+        ({"kv_type": "q8"}, "kv_type"),
+        ({"max_active": 8, "step_tokens": 8}, "step_tokens (8) must be above max_active (8)"),
+        ({"ctx_size": 0}, "ctx_size"),
     ],
 )
 def test_bad_args_are_config_errors(bad, needle):
@@ -113,6 +116,18 @@ def test_cli_prints_the_config_file():
     assert out.returncode == 0, out.stderr
     cfg = yaml.safe_load(out.stdout)
     assert cfg["http_options"]["port"] == 8123
+    engine = ("-c", "512", "--kv-type", "f32", "--kv-budget", "64", "--max-body-bytes", "4096")
+    out = cli(*engine, "--step-tokens", "32", "--print-config")
+    assert out.returncode == 0, out.stderr
+    args = yaml.safe_load(out.stdout)["applications"][0]["args"]
+    assert args == {
+        "ctx_size": 512,
+        "kv_type": "f32",
+        "kv_budget": 64,
+        "max_body_bytes": 4096,
+        "step_tokens": 32,
+        "threads": 1,
+    }
     dep = cfg["applications"][0]["deployments"][0]
     assert dep["num_replicas"] == 2 and dep["ray_actor_options"] == {"num_cpus": 1}
 

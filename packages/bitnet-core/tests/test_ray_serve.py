@@ -46,7 +46,8 @@ def cluster():
     try:
         port = free_port()
         serve.start(http_options={"host": "127.0.0.1", "port": port})
-        serve.run(build_app({"replicas": 2, "threads": 1}), name=APP_NAME, route_prefix="/")
+        args = {"replicas": 2, "threads": 1, "kv_budget": 8, "step_tokens": 40}
+        serve.run(build_app(args), name=APP_NAME, route_prefix="/")
         yield f"http://127.0.0.1:{port}"
     finally:
         serve.shutdown()
@@ -153,6 +154,14 @@ def test_openai_client_unchanged_and_same_answers_as_bitnet_serve(cluster):
     assert names <= {
         line.split()[2] for line in ray_metrics.splitlines() if line.startswith("# TYPE")
     }
+    # the engine settings reached the replica: its step budget and its 8 MiB KV cache
+    assert "bitnet_step_tokens_limit 40\n" in ray_metrics
+
+    def blocks(text: str) -> int:
+        line = next(x for x in text.splitlines() if x.startswith("bitnet_kv_cache_max_blocks "))
+        return int(float(line.split()[1]))
+
+    assert 0 <= blocks(local_metrics) - 128 * blocks(ray_metrics) < 128  # default: 1024 MiB
 
 
 def test_each_replica_reports_its_startup_summary(cluster):

@@ -90,22 +90,30 @@ def apply_threads(threads: int | None) -> None:
     os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
+def kv_cache_config(ctx_size: int | None, kv_type: str | None, kv_budget_mib: int | None):
+    """``--ctx-size``, ``--kv-type`` and ``--kv-budget`` as a ``KVCacheConfig`` (None: defaults)."""
+    from ..model import KVCacheConfig
+
+    if ctx_size is not None and ctx_size <= 0:
+        raise ConfigError(f"--ctx-size must be a positive integer, got {ctx_size}")
+    if kv_budget_mib is not None and kv_budget_mib <= 0:
+        raise ConfigError(f"--kv-budget must be a positive number of MiB, got {kv_budget_mib}")
+    if ctx_size is None and kv_type is None and kv_budget_mib is None:
+        return None
+    kv = KVCacheConfig(max_seq_len=ctx_size, dtype=kv_type)
+    if kv_budget_mib is not None:
+        kv = dataclasses.replace(kv, max_bytes=kv_budget_mib << 20)
+    return kv
+
+
 def load_model(args: argparse.Namespace):
     """Load the model the arguments name; print the startup summary on stderr."""
-    from ..model import KVCacheConfig, load
+    from ..model import load
 
     apply_threads(args.threads)
-    kv = None
-    if args.ctx_size is not None and args.ctx_size <= 0:
-        raise ConfigError(f"--ctx-size must be a positive integer, got {args.ctx_size}")
-    kv_type = getattr(args, "kv_type", None)
-    budget = getattr(args, "kv_budget", None)
-    if budget is not None and budget <= 0:
-        raise ConfigError(f"--kv-budget must be a positive number of MiB, got {budget}")
-    if args.ctx_size is not None or kv_type is not None or budget is not None:
-        kv = KVCacheConfig(max_seq_len=args.ctx_size, dtype=kv_type)
-        if budget is not None:
-            kv = dataclasses.replace(kv, max_bytes=budget << 20)
+    kv = kv_cache_config(
+        args.ctx_size, getattr(args, "kv_type", None), getattr(args, "kv_budget", None)
+    )
     model = load(
         args.model,
         args.device,

@@ -10,7 +10,7 @@ the whole config file ``serve deploy`` reads.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -38,6 +38,11 @@ class RayServeArgs(BaseModel):
     max_active: int = Field(default=8, ge=1)
     max_queue: int = Field(default=256, ge=1)
     max_tokens: int = Field(default=256, ge=1)
+    ctx_size: int | None = Field(default=None, ge=1)  # tokens of one sequence
+    kv_type: Literal["f16", "f32"] | None = None
+    kv_budget: int | None = Field(default=None, ge=1)  # KV-cache MiB of each replica
+    max_body_bytes: int = Field(default=8 << 20, ge=1)
+    step_tokens: int | None = Field(default=None, ge=2)  # tokens of one batched step
     # Ray Serve: a fixed number of replicas, or autoscaling bounds
     replicas: int | None = Field(default=None, ge=1)
     min_replicas: int | None = Field(default=None, ge=0)
@@ -60,6 +65,10 @@ class RayServeArgs(BaseModel):
                 )
         elif self.target_ongoing_requests is not None:
             raise ValueError("target_ongoing_requests needs min_replicas/max_replicas")
+        if self.step_tokens is not None and self.step_tokens <= self.max_active:
+            raise ValueError(
+                f"step_tokens ({self.step_tokens}) must be above max_active ({self.max_active})"
+            )
         return self
 
     @property

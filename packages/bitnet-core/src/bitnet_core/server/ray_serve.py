@@ -31,7 +31,7 @@ import ray  # noqa: E402
 from ray import serve  # noqa: E402
 from ray.serve import Application  # noqa: E402
 
-from ..cli.model_options import apply_threads  # noqa: E402
+from ..cli.model_options import apply_threads, kv_cache_config  # noqa: E402
 from .app import create_app  # noqa: E402
 from .ray_config import (  # noqa: E402
     APP_NAME,
@@ -146,7 +146,9 @@ class BitnetServer:
         self.args = parse_args(args)
         threads = self.args.replica_threads()
         apply_threads(threads)  # before the provider loads its kernels
-        model = load(self.args.model, device=self.args.device, progress=False)
+        a = self.args
+        kv = kv_cache_config(a.ctx_size, a.kv_type, a.kv_budget)
+        model = load(a.model, device=a.device, kv_cache=kv, progress=False)
         set_threads = getattr(model.provider, "set_threads", None)
         if callable(set_threads):
             set_threads(threads)
@@ -178,6 +180,8 @@ class BitnetServer:
             max_active=a.max_active,
             max_queue=a.max_queue,
             default_max_tokens=a.max_tokens,
+            max_body_bytes=a.max_body_bytes,
+            step_tokens=a.step_tokens,
         )
         return ReplicaMiddleware(app, self.info)
 

@@ -44,6 +44,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-queue", type=int, default=256, help="requests waiting for a replica before 503"
     )
     p.add_argument("--max-tokens", type=int, default=256, help="default max_tokens of a request")
+    p.add_argument("--ctx-size", "-c", type=int, default=None, help="context length (tokens)")
+    p.add_argument("--kv-type", choices=["f16", "f32"], default=None, help="KV cache element type")
+    p.add_argument(
+        "--kv-budget", type=int, default=None, metavar="MIB", help="KV cache MiB of each replica"
+    )
+    p.add_argument(
+        "--max-body-bytes", type=int, default=None, help="largest request body (8 MiB); else 413"
+    )
+    p.add_argument(
+        "--step-tokens",
+        "--max-num-batched-tokens",
+        dest="step_tokens",
+        type=int,
+        default=None,
+        help="tokens one batched step may carry (as bitnet serve)",
+    )
     p.add_argument(
         "--address", default=None, help="a running Ray cluster (default: start a local one)"
     )
@@ -65,6 +81,11 @@ def app_args(args: argparse.Namespace) -> dict[str, Any]:
         "max_active",
         "max_queue",
         "max_tokens",
+        "ctx_size",
+        "kv_type",
+        "kv_budget",
+        "max_body_bytes",
+        "step_tokens",
         "replicas",
         "min_replicas",
         "max_replicas",
