@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--n-gen", type=int, default=128, help="decoded tokens (128)")
     p.add_argument("-r", "--repetitions", type=int, default=1, help="runs to average (1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random prompt ids")
+    p.add_argument(
+        "--warmup", type=int, default=0, help="untimed runs first (kernel builds, captures) (0)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--profile",
@@ -96,8 +99,12 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive")
     if args.n_gen < 0:
         raise ConfigError("--n-gen must be >= 0")
+    if args.warmup < 0:
+        raise ConfigError("--warmup must be >= 0")
     model = load_model(args)
     rng = np.random.default_rng(args.seed)
+    for _ in range(args.warmup):
+        bench_once(model, args.n_prompt, args.n_gen, rng)
     runs = [bench_once(model, args.n_prompt, args.n_gen, rng) for _ in range(args.repetitions)]
     pp = [r.prompt_tokens_per_s for r in runs]
     tg = [r.decode_tokens_per_s for r in runs]
@@ -110,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         "n_prompt": args.n_prompt,
         "n_gen": args.n_gen,
         "repetitions": args.repetitions,
+        "warmup": args.warmup,
         "prompt_tokens_per_s": statistics.mean(pp),
         "decode_tokens_per_s": statistics.mean(tg),
         "prompt_tokens_per_s_stdev": statistics.stdev(pp) if len(pp) > 1 else 0.0,
