@@ -62,7 +62,8 @@ def test_a_partial_provider_is_completed_on_the_host_and_passes_the_kit():
     placed = place(MatmulOnly(), REF)
     assert isinstance(placed, PlacedProvider)
     assert "matmul_i2s" in placed.kernel_names() and "matmul_i2s" not in placed.host_ops
-    assert {"attention", "rmsnorm", "linear"} <= set(placed.host_ops)
+    assert {"attention", "rmsnorm", "quantize_act"} <= set(placed.host_ops)
+    assert placed.composed_ops == ("linear",)  # quantize_act on the host, matmul_i2s here
     report = run(placed, large=False)
     assert not report.failed, [r.id for r in report.failed][:5]
     assert placed.host_calls["attention"] > 0
@@ -78,7 +79,11 @@ def test_device_ops_get_device_arrays_and_host_ops_host_arrays():
     w = placed.load_ternary(TernaryWeight.from_codes(np.ones((3, 8), np.int8), 1.0))
     y = placed.matmul_i2s(xq, xs, w)  # on the device: its own weight form
     assert isinstance(y, Box)
-    np.testing.assert_allclose(placed.to_host(placed.linear(x, w)), placed.to_host(y))
+    calls = dict(placed.host_calls)
+    y2 = placed.linear(x, w)  # its parts, each where it runs: the product on the device
+    assert isinstance(y2, Box) and "linear" not in placed.host_calls
+    assert placed.host_calls["quantize_act"] == calls["quantize_act"] + 1
+    np.testing.assert_allclose(placed.to_host(y2), placed.to_host(y))
 
 
 def test_a_complete_provider_is_not_wrapped_and_memory_ops_are_required():
@@ -131,3 +136,25 @@ def test_a_placed_provider_copies_without_recursion():
     placed = place(MatmulOnly(), REF)
     twin = copy.copy(placed)
     assert twin.host_ops == placed.host_ops and twin.name == "matmul-only"
+
+
+def test_a_model_on_a_partial_provider_runs_its_matmuls_and_the_receipt_says_so():
+    """The engine calls ``linear``: composed, its matmul runs on the device (before, the
+    whole ``linear`` ran on the host and the device's ``matmul_i2s`` never ran)."""
+    from bitnet_core.model import Model, random_weights
+    from bitnet_core.model.backend import GenericBackend
+    from bitnet_core.testing.strict import strict_config
+
+    weights = random_weights(strict_config("silu"), seed=2)
+    device = MatmulOnly()
+    model = Model(GenericBackend(place(device, REF), weights))
+    want = Model(GenericBackend(ReferenceProvider(), weights))
+    prompt = [1, 2, 3]
+    assert model.generate_ids(prompt, max_tokens=4, temperature=0) == want.generate_ids(
+        prompt, max_tokens=4, temperature=0
+    )
+    prov = model.receipt()["provider"]
+    assert prov["kernels"] == ["kv_store", "matmul_i2s"]  # what ran on the device
+    assert device.trace.kernels["matmul_i2s"] > 0
+    assert "linear" not in prov["host_calls"] and "linear" not in prov["host_ops"]
+    assert {"attention", "rmsnorm", "quantize_act"} <= set(prov["host_calls"])

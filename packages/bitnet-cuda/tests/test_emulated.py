@@ -47,9 +47,46 @@ def _emulated() -> EmulatedCudaProvider:
 TestEmulatedConformance = conformance.suite(_emulated, large=False)
 
 
-def test_probe_sees_the_emulated_device() -> None:
+def test_probe_sees_the_emulated_device_and_loads_its_kernels(monkeypatch) -> None:
+    monkeypatch.delenv("BITNET_CUDA_DEVICE", raising=False)
     avail = _emulated().probe(explicit=True)
     assert avail.available and avail.details["compute_capability"] == "9.0"
+    assert avail.details["kernels"] == "nvrtc" and avail.device_kind == "gpu"
+    assert avail.device.startswith("CUDA emulator (CPU) #0")
+
+
+def test_probe_reports_kernels_that_fail_to_build(monkeypatch, tmp_path) -> None:
+    """A device whose kernel module does not build is unavailable at step "kernels"
+    (so auto never picks it), not at the first op."""
+    from bitnet_cuda import module
+
+    broken = tmp_path / "bitnet_kernels.cu"
+    broken.write_text(module.SOURCE.read_text() + "\nthis is not C++;\n")
+    monkeypatch.setattr(module, "SOURCE", broken)
+    avail = _emulated().probe(explicit=True)
+    assert not avail.available and avail.step == "kernels"
+    assert "CUDA kernels failed to load" in avail.reason
+
+
+def test_cuda_device_variable_chooses_the_device(monkeypatch) -> None:
+    from cuda_emulator.cupy_emulator import _Device
+
+    monkeypatch.setenv("BITNET_CUDA_DEVICE", "1")
+    p = _emulated()
+    avail = p.probe(explicit=True)
+    assert avail.available and avail.device.startswith("CUDA emulator (CPU) #1")
+    assert avail.details["device_index"] == 1
+    assert p.device_id == 1 and _Device.current() == 1  # the probe loaded the kernels there
+    _Device(0).use()
+    fresh = _emulated()
+    _ = fresh.cp
+    assert fresh.device_id == 1 and _Device.current() == 1
+    _Device(0).use()
+    for value, words in (("2", "no such CUDA device"), ("gpu0", "must be a device index")):
+        monkeypatch.setenv("BITNET_CUDA_DEVICE", value)
+        avail = _emulated().probe(explicit=True)
+        assert not avail.available and avail.step == "device"
+        assert "BITNET_CUDA_DEVICE" in avail.reason and words in avail.reason
 
 
 def test_kernels_take_the_nvrtc_path() -> None:
@@ -150,10 +187,49 @@ def test_failed_capture_falls_back_to_launches(caplog) -> None:
 
     cuda.stream.begin_capture = refuse
     with ref.new_cache() as rs, cuda.new_cache() as cs:
-        for tok in ([1, 2], [3], [4]):
+        for tok in ([1, 2], [3], [4], [5]):
             assert_logits_close(cuda.forward(tok, cs), ref.forward(tok, rs))
     assert not cuda.use_graphs and not cuda._graphs
     assert "decoding without graphs" in caplog.text
+    fallbacks = cuda.provider.trace.fallbacks
+    assert len(fallbacks) == 1 and "capture not supported" in fallbacks[0]
+
+
+def test_failed_capture_is_an_error_in_strict_mode(monkeypatch) -> None:
+    from bitnet_core.errors import StrictModeError
+
+    weights = random_weights(strict_config("silu"), seed=5)
+    cuda = cuda_backend(weights, "float32", "graphs")
+
+    def refuse() -> None:
+        raise RuntimeError("capture not supported")
+
+    cuda.stream.begin_capture = refuse
+    monkeypatch.setenv("BITNET_STRICT_MODE", "1")
+    with cuda.new_cache() as cs:
+        cuda.forward([1, 2], cs)
+        cuda.forward([3], cs)  # the first step on a layout runs uncaptured
+        with pytest.raises(StrictModeError, match="CUDA graph capture failed"):
+            cuda.forward([4], cs)
+
+
+def test_trace_names_the_fused_kernels_and_one_submission_a_graph_step() -> None:
+    weights = random_weights(strict_config("relu2"), seed=4)
+    cuda = cuda_backend(weights, "float16", "graphs")
+    trace = cuda.provider.trace
+    per_step = []
+    with cuda.new_cache() as cs:
+        cuda.forward([1, 2, 3], cs)
+        for tok in (4, 5, 6, 7):
+            before = trace.submissions
+            cuda.forward([tok], cs)
+            per_step.append(trace.submissions - before)
+    assert cuda._graphs  # steps 2.. replay the captured graph
+    layers = len(cuda.layers)
+    assert per_step[0] >= 8 * layers and per_step[1:] == [1, 1, 1]
+    for name in ("rmsnorm_quant", "rope_store_f16", "attn_split_f16", "act_norm_quant"):
+        assert name in trace.kernels
+    assert "attention_f16" in trace.kernels  # the prefill's
 
 
 def test_emulated_capture_refuses_work_outside_kernels() -> None:

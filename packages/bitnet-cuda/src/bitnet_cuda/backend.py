@@ -26,11 +26,15 @@ when a sequence's cache grows) and replayed, one launch a token instead of
 ``BITNET_CUDA_FUSED=0`` keeps the generic engine; ``BITNET_CUDA_GRAPHS=0``
 runs the fused kernels without graphs. ``quantize_activations=False``
 always takes the generic path (float matmuls, for debugging).
+
+The provider's trace (``sdk.trace``) records every kernel launched (a capture
+records its kernels once) and one submission per eager launch or graph
+launch; a failed capture is ``trace.fallback``: in the receipt, and a
+``StrictModeError`` under ``BITNET_STRICT_MODE=1``.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -43,8 +47,6 @@ from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.kv_cache import Sequence
 
 from .provider import CudaProvider, CudaTernary, HalfTable
-
-log = logging.getLogger("bitnet")
 
 NORM_THREADS = 256  # the provider's rmsnorm/quantize_act blocks: same sums, same rounding
 COMBINE_THREADS = 512
@@ -181,7 +183,9 @@ class CudaBackend(GenericBackend):
     def forward(self, token_ids: Any, cache: Sequence, all_logits: bool = False) -> np.ndarray:
         if not self.fused:
             return super().forward(token_ids, cache, all_logits)
-        with self.stream:  # cache growth copies too: one stream orders everything
+        # the chosen device (BITNET_CUDA_DEVICE) in whatever thread calls; cache growth
+        # copies too run on the one stream that orders everything
+        with self.cp.cuda.Device(self._provider.device_id), self.stream:
             return super().forward(token_ids, cache, all_logits)
 
     def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
@@ -207,6 +211,7 @@ class CudaBackend(GenericBackend):
         graph = self._graph(b, cache) if self.use_graphs else None
         if graph is not None:
             graph.launch(self.stream)
+            self._provider.trace.submit()
         else:
             self._launch_step(b, cache, start=None)
         return self._download(b.logits)
@@ -236,6 +241,8 @@ class CudaBackend(GenericBackend):
                 self._warm.clear()
             self._warm.add(key)
             return None
+        trace = self._provider.trace
+        submitted = trace.submissions  # a capture records the kernels, submits nothing
         try:
             self.stream.begin_capture()
             try:
@@ -243,9 +250,11 @@ class CudaBackend(GenericBackend):
             finally:
                 graph = self.stream.end_capture()
         except Exception as exc:  # a driver or CuPy without capture: run the kernels as they are
-            log.warning("cuda: CUDA graph capture failed (%s); decoding without graphs", exc)
             self.use_graphs = False
+            trace.fallback(f"cuda: CUDA graph capture failed ({exc}); decoding without graphs")
             return None
+        finally:
+            trace.submissions = submitted
         self._graphs[key] = graph
         if len(self._graphs) > MAX_GRAPHS:
             self._warm.discard(self._graphs.popitem(last=False)[0])

@@ -58,6 +58,7 @@ class CudaProvider(
 
     def __init__(self) -> None:
         self._cp: Any = None
+        self.device_id = 0  # BITNET_CUDA_DEVICE, read when CuPy is loaded
         self._mod: Any = None
         self._kernels: dict[str, Any] = {}
         self._tensor_cores: bool | None = None

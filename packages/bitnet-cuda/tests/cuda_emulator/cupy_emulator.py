@@ -17,6 +17,8 @@ arguments they were given (arrays by address, scalars by value), as on the
 GPU. Anything else that would touch the device during a capture (an
 allocation, a host copy, a CuPy elementwise op on a device array) raises,
 so a captured step that leans on work done outside the graph fails here.
+There are two emulated devices (``BITNET_CUDA_DEVICE`` chooses); the
+current one is kept per thread, as CuPy's.
 
 Everything above the kernels is the real provider; what is emulated is the
 device. Speed means nothing here.
@@ -236,14 +238,44 @@ class _RawModule:
         return _Kernel(self._lib, name)
 
 
-class _Runtime:
-    @staticmethod
-    def getDeviceCount() -> int:  # noqa: N802 (CuPy's name)
-        return 1
+class _Device:
+    """``cupy.cuda.Device``: made current by ``use()`` or inside ``with`` (per thread)."""
+
+    _current = threading.local()
+
+    def __init__(self, device: int | None = None) -> None:
+        self.id = _Device.current() if device is None else int(device)
+        self._outer: list[int] = []
 
     @staticmethod
-    def getDeviceProperties(_: int) -> dict[str, Any]:  # noqa: N802
-        return {"name": b"CUDA emulator (CPU)", "major": 9, "minor": 0}
+    def current() -> int:
+        return getattr(_Device._current, "id", 0)
+
+    def use(self) -> None:
+        _Device._current.id = self.id
+
+    def __enter__(self) -> _Device:
+        self._outer.append(_Device.current())
+        self.use()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _Device._current.id = self._outer.pop()
+
+
+class _Runtime:
+    #: emulated devices (``BITNET_CUDA_DEVICE`` chooses among them)
+    devices = 2
+
+    @staticmethod
+    def getDeviceCount() -> int:  # noqa: N802 (CuPy's name)
+        return _Runtime.devices
+
+    @staticmethod
+    def getDeviceProperties(index: int) -> dict[str, Any]:  # noqa: N802
+        if not 0 <= index < _Runtime.devices:
+            raise RuntimeError(f"cudaErrorInvalidDevice: {index}")
+        return {"name": f"CUDA emulator (CPU) #{index}".encode(), "major": 9, "minor": 0}
 
     @staticmethod
     def memGetInfo() -> tuple[int, int]:  # noqa: N802
@@ -257,7 +289,7 @@ class EmulatedCuPy:
     RawModule = _RawModule
     cuda = SimpleNamespace(
         runtime=_Runtime(),
-        Device=lambda *_: SimpleNamespace(id=0),
+        Device=_Device,
         Stream=_Stream,
         get_current_stream=_current_stream,
     )

@@ -77,7 +77,9 @@ class OpenCLProvider(
         if info is None:
             return Availability.no(reason, "device")
         self._choices[explicit] = info
-        return Availability.yes(info.describe(), **info.details())
+        return Availability.yes(
+            info.describe(), "cpu" if info.kind == "cpu" else "gpu", **info.details()
+        )
 
     @property
     def runtime(self) -> Runtime:

@@ -84,6 +84,7 @@ class VulkanProvider(
             )
         return Availability.yes(
             info.describe(),
+            device_kind="cpu" if info.is_cpu else "gpu",
             **info.details(),
             integer_dot_product=ctx.use_int_dot,
             bitnet_vulkan=__version__,

@@ -55,6 +55,7 @@ class WebGPUProvider(
         lim = choice.adapter.limits
         return Availability.yes(
             choice.description,
+            device_kind="cpu" if choice.is_cpu else "gpu",
             wgpu=wgpu.__version__,
             cpu_adapter=choice.is_cpu,
             max_storage_buffer_binding_size=lim["max-storage-buffer-binding-size"],

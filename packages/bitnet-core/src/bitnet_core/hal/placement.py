@@ -8,6 +8,11 @@ arguments are downloaded with ``to_host``, the result uploaded with
 ``to_device``, ternary weights kept in both forms. ``PlacedProvider`` is that
 completed provider; ``host_ops`` and ``device_ops`` say which ops run where,
 and receipts and ``bitnet devices --verbose`` report them.
+
+An op the engine calls that is other ops in a row (``COMPOSED``: ``linear``
+is ``quantize_act`` then ``matmul_i2s``) is run as those ops when the
+provider has some of them, each where it runs: a provider with only
+``matmul_i2s`` runs every ternary matmul of a model itself.
 """
 
 from __future__ import annotations
@@ -71,8 +76,18 @@ class PlacedWeight:
         return self._host
 
 
+def _linear(p: Any, x: Any, weight: Any) -> Any:
+    xq, xscale = p.quantize_act(x)
+    return p.matmul_i2s(xq, xscale, weight)
+
+
+#: ops that are other ops in a row, with those ops (see the module docstring)
+COMPOSED: dict[str, tuple[tuple[str, ...], Any]] = {
+    "linear": (("quantize_act", "matmul_i2s"), _linear),
+}
+
 #: the attributes ``PlacedProvider`` sets itself
-_OWN = frozenset({"device", "host", "device_ops", "host_ops", "host_calls"})
+_OWN = frozenset({"device", "host", "device_ops", "composed_ops", "host_ops", "host_calls"})
 
 
 class PlacedProvider:
@@ -82,13 +97,22 @@ class PlacedProvider:
         self.device = device
         self.host = host
         self.device_ops = device_ops(device)
-        self.host_ops = tuple(op for op in KERNEL_INVENTORY if op not in self.device_ops)
+        lacking = [op for op in KERNEL_INVENTORY if op not in self.device_ops]
+        #: ops run as their parts (``COMPOSED``), some of them on the device
+        self.composed_ops = tuple(
+            op
+            for op in lacking
+            if op in COMPOSED and any(part in self.device_ops for part in COMPOSED[op][0])
+        )
+        self.host_ops = tuple(op for op in lacking if op not in self.composed_ops)
         #: host ops run so far, by name
         self.host_calls: dict[str, int] = {}
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") or name in _OWN:  # not set yet (copy, pickle): no recursion
             raise AttributeError(name)
+        if name in self.composed_ops:
+            return functools.partial(COMPOSED[name][1], self)
         if name in self.host_ops:
             return functools.partial(self._on_host, name)
         if name in KERNEL_INVENTORY:

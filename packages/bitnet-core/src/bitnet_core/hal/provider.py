@@ -36,7 +36,8 @@ uses them when present):
 
 - ``make_backend(weights, **opts)``: a fused Level-2 backend, or None;
 - ``set_threads(n)``: CPU threads (``bitnet run --threads``);
-- ``kernel_names()``: the kernels a receipt lists (default: the ops above).
+- ``kernel_names()``: the kernels a receipt lists when the provider keeps no
+  ``trace`` (``sdk.trace.LaunchTrace``; default: the ops above).
 
 Optional attributes (read by the generic engine):
 
@@ -109,6 +110,11 @@ class Availability:
     the driver library is not; ``"device"``: no usable device; ``"kernels"``:
     its programs failed to build or load; ``"plugin"``: the plugin itself failed
     to load or is for another core).
+
+    ``device_kind`` is what the device found is, when the provider knows it
+    better than its class attribute does: ``"cpu"`` for a CPU that a GPU API
+    emulates (PoCL's CPU device, lavapipe, llvmpipe); ``""`` means the
+    provider's ``device_kind``.
     """
 
     available: bool
@@ -117,10 +123,11 @@ class Availability:
     fake: bool = False
     details: dict[str, Any] = field(default_factory=dict)
     step: str = ""
+    device_kind: str = ""
 
     @classmethod
-    def yes(cls, device: str, **details: Any) -> Availability:
-        return cls(True, "", device, False, details)
+    def yes(cls, device: str, device_kind: str = "", **details: Any) -> Availability:
+        return cls(True, "", device, False, details, "", device_kind)
 
     @classmethod
     def no(cls, reason: str, step: str = "device", **details: Any) -> Availability:

@@ -92,10 +92,12 @@ class StartupSummary:
 
 @dataclass(frozen=True)
 class Selection:
-    """The chosen provider and the summary of how it was chosen."""
+    """The chosen provider, the summary of how it was chosen, and the probe's answer
+    that chose it (explicit or not, as the request was: its ``device``)."""
 
     record: ProviderRecord
     summary: StartupSummary
+    availability: Availability | None = None
 
     @property
     def provider(self):
@@ -268,6 +270,6 @@ def select(device: str | None = None) -> Selection:
         unavailable=unavailable,
     )
     log.info("%s", summary)
-    selection = Selection(chosen, summary)
+    selection = Selection(chosen, summary, chosen.probe(explicit))
     _CACHE[key] = selection
     return selection

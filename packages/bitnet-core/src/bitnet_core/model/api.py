@@ -157,6 +157,15 @@ class Model:
         return self.backend.provider
 
     @property
+    def availability(self) -> Any:
+        """The probe's answer for this model's device: the one that selected it, else (a
+        model made from a backend directly, so asked for) the provider's explicit probe."""
+        if self._selection is not None and self._selection.availability is not None:
+            return self._selection.availability
+        probe = getattr(self.provider, "probe", None)
+        return probe(explicit=True) if callable(probe) else None
+
+    @property
     def quantize_activations(self) -> bool:
         return bool(getattr(self.backend, "quantize_activations", True))
 

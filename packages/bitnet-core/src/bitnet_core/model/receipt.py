@@ -1,11 +1,16 @@
 """Receipts (seeds 003/004): a JSON record of one run, and its validator.
 
-A receipt says what ran where: the startup summary, the provider and the
-kernels it ran, the model (path, sha256, config), token counts and tokens/s
-for prompt and decode, ``compute_path`` (``"real"``, or ``"fake"`` on a
-``BITNET_GPU_FAKE`` device), versions and a UTC timestamp. ``validate``
-checks the structure (``ValidationError``); under ``BITNET_STRICT_MODE=1``
-anything but ``compute_path: "real"`` is a ``StrictModeError`` (exit 8).
+A receipt says what ran where: the startup summary, the provider, the device
+the probe that chose it found (``device``; ``device_kind`` ``"cpu"`` for a
+CPU that a GPU API emulates), the kernels that actually ran and the fast
+paths given up (``kernels``, ``submissions`` and ``fallbacks``, from the
+provider's ``sdk.trace.LaunchTrace``), the ops placed on the host
+(``host_ops``, ``host_calls``), the model (path, sha256, config), token
+counts and tokens/s for prompt and decode, ``compute_path`` (``"real"``, or
+``"fake"`` on a ``BITNET_GPU_FAKE`` device), versions and a UTC timestamp.
+``validate`` checks the structure (``ValidationError``); under
+``BITNET_STRICT_MODE=1`` anything but ``compute_path: "real"``, or a
+receipt with fallbacks, is a ``StrictModeError`` (exit 8).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from ..atomic_file import ordinary_mode
 from ..errors import StrictModeError, ValidationError
 from ..hal.provider import KERNEL_INVENTORY
 from ..hal.selection import strict_mode
+from ..sdk.trace import LaunchTrace
 
 SCHEMA = "bitnet.receipt/1"
 COMPUTE_PATHS = ("real", "fake")
@@ -51,9 +57,19 @@ def file_sha256(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def launch_trace(provider: Any) -> LaunchTrace | None:
+    """The provider's ``trace`` (what it ran), or None for a provider that keeps none."""
+    trace = getattr(provider, "trace", None)
+    return trace if isinstance(trace, LaunchTrace) else None
+
+
 def kernel_names(provider: Any) -> list[str]:
-    """The protocol ops the provider runs on its device (its own ``kernel_names()`` when it
-    has one; a partial provider's host ops are ``host_ops``)."""
+    """The kernels the provider ran on its device: its trace's; for a provider that keeps
+    no trace, its own ``kernel_names()``, else the protocol ops it has (a partial
+    provider's host ops are ``host_ops``)."""
+    trace = launch_trace(provider)
+    if trace is not None:
+        return trace.kernel_names()
     own = getattr(provider, "kernel_names", None)
     if callable(own):
         return list(own())
@@ -65,7 +81,8 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
     provider = model.provider
     summary = model.selection
     fake = bool(summary.fake) if summary is not None else False
-    avail = provider.probe() if hasattr(provider, "probe") else None
+    avail = model.availability
+    trace = launch_trace(provider)
     path = getattr(model, "path", None)
     receipt = {
         "schema": SCHEMA,
@@ -76,10 +93,13 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
         "provider": {
             "name": provider.name,
             "family": getattr(provider, "family", ""),
-            "device_kind": getattr(provider, "device_kind", ""),
+            "device_kind": getattr(avail, "device_kind", "")
+            or getattr(provider, "device_kind", ""),
             "device": getattr(avail, "device", ""),
             "backend": type(model.backend).__name__,
             "kernels": kernel_names(provider),
+            "submissions": trace.submissions if trace is not None else None,
+            "fallbacks": list(trace.fallbacks) if trace is not None else [],
             "host_ops": list(getattr(provider, "host_ops", ())),
             "host_calls": dict(getattr(provider, "host_calls", {})),
             "quantize_activations": model.quantize_activations,
@@ -143,15 +163,25 @@ def validate(receipt: Any, strict: bool | None = None) -> None:
         v = receipt["throughput"][k]
         if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or v != v:
             raise ValidationError(f"receipt: throughput.{k} must be a number >= 0, got {v!r}")
-    if not receipt["provider"]["kernels"]:
-        raise ValidationError("receipt: provider.kernels is empty")
+    prov = receipt["provider"]
+    for k in ("kernels", "fallbacks", "host_ops"):  # fallbacks, host_ops: absent in old receipts
+        v = prov.get(k, [])
+        if not isinstance(v, list) or not all(isinstance(n, str) for n in v):
+            raise ValidationError(f"receipt: provider.{k} must be a list of names, got {v!r}")
+    if not prov["kernels"] and not prov.get("host_calls"):
+        raise ValidationError("receipt: provider.kernels is empty (and nothing ran on the host)")
     path = receipt["compute_path"]
     if path not in COMPUTE_PATHS:
         raise ValidationError(f"receipt: unknown compute_path {path!r}")
-    if (strict_mode() if strict is None else strict) and path != "real":
-        raise StrictModeError(
-            f"BITNET_STRICT_MODE=1: receipt has compute_path {path!r}; only 'real' is accepted"
-        )
+    if strict_mode() if strict is None else strict:
+        if path != "real":
+            raise StrictModeError(
+                f"BITNET_STRICT_MODE=1: receipt has compute_path {path!r}; only 'real' is accepted"
+            )
+        if prov.get("fallbacks"):
+            raise StrictModeError(
+                f"BITNET_STRICT_MODE=1: the run fell back: {'; '.join(prov['fallbacks'])}"
+            )
 
 
 def write_receipt(path: str | os.PathLike, receipt: dict) -> Path:

@@ -15,6 +15,10 @@ equal its own ``forward``'s bit for bit.
 
 ``BITNET_CPU_FUSED=0`` turns it off (the generic op-by-op engine runs);
 ``quantize_activations=False`` always takes the generic path (float matmuls).
+
+Each native call records in ``provider.trace`` the ``Compute`` kernels it ran
+(``CpuModel.<kernel>``, ``fused_kernels``) and one submission: a receipt's
+``kernels`` name what ran, and ``bitnet bench --profile`` counts native calls.
 """
 
 from __future__ import annotations
@@ -29,6 +33,22 @@ from ..hal.switches import env_enabled
 from ..model.backend import GenericBackend
 from ..model.kv_cache import Sequence
 from .file_pages import file_extent, release_file_pages
+
+
+def fused_kernels(layers: int, decode: bool, prefill: bool, int8_head: bool) -> dict[str, int]:
+    """The ``Compute`` kernels one ``CpuModel`` pass runs (``csrc/model.cpp``), by name, with
+    their calls; ``decode``/``prefill``: it has one-token / longer sequences (a ternary call
+    covers q|k|v or gate|up)."""
+    per_layer = {"rmsnorm": 4, "quantize": 4, "ternary": 4, "rope": 2, "kv_store": 1, "gated": 1}
+    if decode:
+        per_layer["attention_decode"] = 1
+    if prefill:
+        per_layer["attention"] = 1
+    calls = {name: n * layers for name, n in per_layer.items()}
+    calls["embedding"] = 1
+    calls["rmsnorm"] += 1  # the output norm
+    calls["dense_i8" if int8_head else "dense"] = 1
+    return {f"CpuModel.{name}": n for name, n in calls.items()}
 
 
 def fused_enabled() -> bool:
@@ -48,6 +68,7 @@ class FusedCpuBackend(GenericBackend):
     def _build(self) -> Any:
         p, cfg, w = self._provider, self.config, self.weights
         head = p.head_table(w.head)
+        self._head_i8 = not isinstance(head, np.ndarray)
         # the embedding table is only gathered from (the head reads another table, or
         # an int8 copy): its rows are read from the file (pread) instead of the mapping,
         # where a row read maps its whole page-cache folio (up to 2 MB on ext4), or
@@ -108,9 +129,18 @@ class FusedCpuBackend(GenericBackend):
         except ValueError as exc:
             raise ShapeError(f"{self._provider.name}: {exc}") from None
         cache.advance(t)
+        self._record(decode=t == 1, prefill=t > 1)
         if self._gather_only and self._embedding_file is None:
             release_file_pages(self.weights.embedding)
         return logits if all_logits else logits[-1]
+
+    def _record(self, decode: bool, prefill: bool) -> None:
+        """One native call's kernels and submission in the provider's trace."""
+        trace = self._provider.trace
+        layers = self.config.num_layers
+        for name, calls in fused_kernels(layers, decode, prefill, self._head_i8).items():
+            trace.kernel(name, calls)
+        trace.submit()
 
     def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
         if self._model is None:
@@ -128,6 +158,8 @@ class FusedCpuBackend(GenericBackend):
             raise ShapeError(f"{self._provider.name}: {exc}") from None
         for ids, cache in batch:
             cache.advance(int(ids.size))
+        sizes = [int(ids.size) for ids, _ in batch]
+        self._record(decode=min(sizes) == 1, prefill=max(sizes) > 1)
         if self._gather_only and self._embedding_file is None:
             release_file_pages(self.weights.embedding)
         return logits

@@ -2,7 +2,11 @@
 
 A subclass writes only its device's part. Each op of ``checks.CHECKS`` that a
 class defines is wrapped when the class is created, so the shared check runs
-before the provider's code (and the provider's body never repeats it). The
+before the provider's code (and the provider's body never repeats it). Each
+compute op (``TRACED_OPS``) it defines is wrapped so that a call from outside
+the provider that named no kernel in ``self.trace`` is recorded there under
+the op's name (the ops it calls itself are part of it): the receipt's
+``kernels`` are what ran, whether or not the backend names its own. The
 class attributes a plugin describes itself with (``hal.provider.KernelProvider``)
 get their defaults here.
 """
@@ -13,9 +17,14 @@ import functools
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from ..hal.provider import PLUGIN_API_VERSION
+from ..hal.provider import KERNEL_INVENTORY, PLUGIN_API_VERSION
 from . import checks
 from .trace import LaunchTrace
+
+#: the ops that move or describe memory, not compute: never recorded as kernels
+MEMORY_OPS = frozenset({"to_device", "to_host", "empty", "reshape", "load_ternary"})
+#: the ops a trace records by name when they ran without naming a kernel of their own
+TRACED_OPS = tuple(op for op in KERNEL_INVENTORY if op not in MEMORY_OPS)
 
 
 def _checked(fn: Callable[..., Any], check: Callable[..., None]) -> Callable[..., Any]:
@@ -25,6 +34,26 @@ def _checked(fn: Callable[..., Any], check: Callable[..., None]) -> Callable[...
         return fn(self, *args, **kwargs)
 
     op.__checked__ = check  # type: ignore[attr-defined]
+    return op
+
+
+def _traced(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def op(self: Any, *args: Any, **kwargs: Any) -> Any:
+        trace = self.trace
+        if trace.in_op:  # called by another op (linear's quantize_act): that one is recorded
+            return fn(self, *args, **kwargs)
+        before = trace.records
+        trace.in_op = True
+        try:
+            out = fn(self, *args, **kwargs)
+        finally:
+            trace.in_op = False
+        if trace.records == before:  # the op named no kernel: it stands for its own
+            trace.kernel(name)
+        return out
+
+    op.__traced__ = name  # type: ignore[attr-defined]
     return op
 
 
@@ -55,6 +84,10 @@ class DeviceProvider:
             fn = getattr(cls, name, None)  # its own, or a mixin's not checked yet
             if callable(fn) and getattr(fn, "__checked__", None) is not check:
                 setattr(cls, name, _checked(fn, check))
+        for name in TRACED_OPS:  # outside the check: a refused call ran nothing
+            fn = getattr(cls, name, None)  # its own, or a mixin's not traced yet
+            if callable(fn) and getattr(fn, "__traced__", None) != name:
+                setattr(cls, name, _traced(fn, name))
 
     @property
     def trace(self) -> LaunchTrace:

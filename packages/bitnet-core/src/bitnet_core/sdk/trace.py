@@ -12,8 +12,12 @@ backend's code calls
   graph-captured step) for a slower one: logged, kept for the receipt, and a
   ``StrictModeError`` under ``BITNET_STRICT_MODE=1``.
 
-The receipt lists ``kernels`` and ``fallbacks``; ``bitnet bench --profile``
-reads ``submissions`` before and after each decode step.
+A protocol op called from outside the provider that ran and named no kernel
+of its own is recorded under the op's name by ``DeviceProvider``
+(``sdk.provider``), so a per-op provider's
+trace lists its ops without a line of its own. The receipt lists ``kernels``
+and ``fallbacks``; ``bitnet bench --profile`` reads ``submissions`` before
+and after each decode step.
 """
 
 from __future__ import annotations
@@ -35,10 +39,15 @@ class LaunchTrace:
     kernels: Counter[str] = field(default_factory=Counter)
     submissions: int = 0
     fallbacks: list[str] = field(default_factory=list)
+    #: every ``kernel`` call so far (an op that saw it change named its own kernels)
+    records: int = 0
+    #: an op of the provider is running (the ops it calls are not recorded apart)
+    in_op: bool = False
 
     def kernel(self, name: str, count: int = 1) -> None:
         """``count`` launches (or recordings) of the kernel ``name``."""
         self.kernels[name] += count
+        self.records += 1
 
     def submit(self, count: int = 1) -> None:
         """``count`` submissions to the device's queue."""

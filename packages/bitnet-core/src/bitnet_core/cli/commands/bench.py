@@ -1,4 +1,11 @@
-"""``bitnet bench``: prompt (prefill) and decode tokens/s of a model on a device."""
+"""``bitnet bench``: prompt (prefill) and decode tokens/s of a model on a device.
+
+``--profile`` adds, per decode step: the main thread's CPU time
+(``time.thread_time()`` around each step: the host's cost of driving the
+device, without the device's own threads), the wall time, and the API
+submissions the provider's trace counted (``sdk.trace``: queue submits,
+enqueues, kernel or graph launches; for the fused CPU engine, native calls).
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,12 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...errors import ConfigError
+from ...model.receipt import launch_trace
 from ..model_options import add_model_args, load_model
 
 
@@ -21,23 +30,67 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--n-gen", type=int, default=128, help="decoded tokens (128)")
     p.add_argument("-r", "--repetitions", type=int, default=1, help="runs to average (1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random prompt ids")
+    p.add_argument(
+        "--warmup", type=int, default=0, help="untimed runs first (kernel builds, captures) (0)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="per decode step: main-thread host ms, wall ms and API submissions",
+    )
     p.set_defaults(func=run)
 
 
-def bench_once(model, n_prompt: int, n_gen: int, rng: np.random.Generator) -> tuple[float, float]:
-    """One prefill of ``n_prompt`` random ids then ``n_gen`` greedy decode steps: (prompt, decode) tok/s."""
+@dataclass(frozen=True)
+class BenchRun:
+    """One prefill and its decode steps: tokens/s, and each step's host and wall time."""
+
+    prompt_tokens_per_s: float
+    decode_tokens_per_s: float
+    steps: int
+    host_s: float  # main-thread CPU time of the decode steps (time.thread_time)
+    wall_s: float  # wall time of the decode steps (without choosing the next token)
+    submissions: int  # counted by the provider's trace during the decode steps
+
+
+def bench_once(model, n_prompt: int, n_gen: int, rng: np.random.Generator) -> BenchRun:
+    """One prefill of ``n_prompt`` random ids then ``n_gen`` greedy decode steps."""
     backend = model.backend
+    trace = launch_trace(model.provider)
     ids = rng.integers(0, model.config.vocab_size, size=n_prompt)
+    host = wall = 0.0
     with backend.new_cache(n_prompt + n_gen + 1) as seq:
         t0 = time.perf_counter()
         logits = backend.forward(ids, seq)
         t_prompt = time.perf_counter() - t0
+        submitted = trace.submissions if trace is not None else 0
         t0 = time.perf_counter()
         for _ in range(n_gen):
-            logits = backend.forward(np.array([int(np.argmax(logits))]), seq)
+            token = np.array([int(np.argmax(logits))])
+            h0, w0 = time.thread_time(), time.perf_counter()
+            logits = backend.forward(token, seq)
+            host += time.thread_time() - h0
+            wall += time.perf_counter() - w0
         t_gen = time.perf_counter() - t0
-    return n_prompt / t_prompt, (n_gen / t_gen if n_gen else 0.0)
+        submissions = trace.submissions - submitted if trace is not None else 0
+    return BenchRun(
+        n_prompt / t_prompt, n_gen / t_gen if n_gen else 0.0, n_gen, host, wall, submissions
+    )
+
+
+def step_profile(runs: list[BenchRun], traced: bool) -> dict:
+    """Per decode step over ``runs``: host ms, wall ms, submissions (None: no trace)."""
+    steps = sum(r.steps for r in runs)
+    per = 1e3 / steps if steps else 0.0
+    return {
+        "decode_steps": steps,
+        "host_ms_per_step": sum(r.host_s for r in runs) * per,
+        "wall_ms_per_step": sum(r.wall_s for r in runs) * per,
+        "submissions_per_step": (
+            sum(r.submissions for r in runs) / steps if traced and steps else None
+        ),
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,11 +99,15 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive")
     if args.n_gen < 0:
         raise ConfigError("--n-gen must be >= 0")
+    if args.warmup < 0:
+        raise ConfigError("--warmup must be >= 0")
     model = load_model(args)
     rng = np.random.default_rng(args.seed)
+    for _ in range(args.warmup):
+        bench_once(model, args.n_prompt, args.n_gen, rng)
     runs = [bench_once(model, args.n_prompt, args.n_gen, rng) for _ in range(args.repetitions)]
-    pp = [r[0] for r in runs]
-    tg = [r[1] for r in runs]
+    pp = [r.prompt_tokens_per_s for r in runs]
+    tg = [r.decode_tokens_per_s for r in runs]
     result = {
         "model": str(model.path),
         "provider": model.provider.name,
@@ -60,12 +117,15 @@ def run(args: argparse.Namespace) -> int:
         "n_prompt": args.n_prompt,
         "n_gen": args.n_gen,
         "repetitions": args.repetitions,
+        "warmup": args.warmup,
         "prompt_tokens_per_s": statistics.mean(pp),
         "decode_tokens_per_s": statistics.mean(tg),
         "prompt_tokens_per_s_stdev": statistics.stdev(pp) if len(pp) > 1 else 0.0,
         "decode_tokens_per_s_stdev": statistics.stdev(tg) if len(tg) > 1 else 0.0,
         "load_s": model.load_s,
     }
+    if args.profile:
+        result["profile"] = step_profile(runs, launch_trace(model.provider) is not None)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -78,4 +138,13 @@ def run(args: argparse.Namespace) -> int:
             f"tg{args.n_gen}: {result['decode_tokens_per_s']:.2f} tok/s  "
             f"(± {result['decode_tokens_per_s_stdev']:.2f})"
         )
+        if args.profile:
+            prof = result["profile"]
+            subs = prof["submissions_per_step"]
+            print(
+                f"decode step: host {prof['host_ms_per_step']:.3f} ms  "
+                f"wall {prof['wall_ms_per_step']:.3f} ms  "
+                f"submissions {'n/a' if subs is None else f'{subs:.1f}'}  "
+                f"({prof['decode_steps']} steps)"
+            )
     return 0
