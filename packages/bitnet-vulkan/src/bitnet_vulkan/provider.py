@@ -73,7 +73,7 @@ class VulkanProvider(
         vkapi.load()
         with self._lock:
             if self._ctx is None:
-                self._ctx = self._create(explicit)
+                self._ctx = self._create(explicit, self.trace)
                 self._explicit = explicit
             ctx = self._ctx
         info = ctx.info
@@ -90,11 +90,11 @@ class VulkanProvider(
         )
 
     @staticmethod
-    def _create(explicit: bool) -> VulkanContext:
+    def _create(explicit: bool, trace: Any = None) -> VulkanContext:
         ctx = VulkanContext.create(explicit)
         try:
             ctx.pipelines = PipelineCache(ctx)  # type: ignore[attr-defined]
-            ctx.stream = CommandStream(ctx)  # type: ignore[attr-defined]
+            ctx.stream = CommandStream(ctx, trace)  # type: ignore[attr-defined]
         except BaseException:
             ctx.close()
             raise
@@ -106,7 +106,7 @@ class VulkanProvider(
         if self._ctx is None:
             with self._lock:
                 if self._ctx is None:
-                    self._ctx = self._create(self._explicit)
+                    self._ctx = self._create(self._explicit, self.trace)
         return self._ctx
 
     @property
@@ -116,6 +116,13 @@ class VulkanProvider(
     @property
     def device_info(self):
         return self.context.info
+
+    def make_backend(self, weights: Any, **opts: Any) -> Any:
+        """The fused forward pass with recorded decode steps (``backend``); None with
+        ``BITNET_VULKAN_FUSED=0``."""
+        from .backend import VulkanBackend, fused_enabled
+
+        return VulkanBackend(self, weights, **opts) if fused_enabled() else None
 
     def synchronize(self) -> None:
         """Run everything recorded so far and wait for it."""
@@ -145,6 +152,7 @@ class VulkanProvider(
         pipe = self.context.pipelines.get(shader, len(buffers), spec)
         bufs = [b.buffer if isinstance(b, VulkanArray) else b.buffer for b in buffers]
         self.stream.dispatch(pipe, bufs, push, groups)
+        self.trace.kernel(shader)
 
     # --- memory -----------------------------------------------------------------------
     # --- ops ---------------------------------------------------------------------------
