@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // Rotary embedding and KV-cache append of one forward pass, from the fused q|k|v matmul
 // output qkv [T, (Hq + 2 Hkv) * D]: q rotated into q [T, Hq, D]; k rotated and v copied
 // into the caches [S, Hkv, D] at rows pos .. pos + T - 1, pos read from step[0] (a buffer
@@ -20,6 +21,8 @@ layout(std430, binding = 6) readonly buffer St { uint step[]; };
 layout(push_constant) uniform P {
     uint tokens; uint q_heads; uint kv_heads; uint dim; uint rot_dim;
 } p;
+
+#include "half.glsl"
 
 float rotated(uint row, uint d, uint pos) {
     if (d >= p.rot_dim) return qkv[row + d];
@@ -59,7 +62,7 @@ void main() {
         float b = is_k ? rotated(row, d + 1u, pos) : qkv[row + d + 1u];
         uint o = (pos * p.kv_heads + kvh) * p.dim + d;
         if (F16) {
-            uint word = packHalf2x16(vec2(a, b));
+            uint word = pack_halves(a, b);
             if (is_k) kc[o >> 1] = word; else vc[o >> 1] = word;
         } else if (is_k) {
             kc[o] = floatBitsToUint(a); kc[o + 1u] = floatBitsToUint(b);

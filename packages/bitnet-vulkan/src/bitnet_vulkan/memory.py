@@ -53,7 +53,7 @@ class VulkanMemory:
     def to_device(self, array: np.ndarray) -> VulkanArray:
         """Upload a host array (float64 becomes float32; 1-D float16 too; int8 rows padded)."""
         a = np.asarray(array)
-        if a.dtype == np.float64 or (a.dtype == np.float16 and a.ndim != 2):
+        if a.dtype == np.float64 or (a.dtype == np.float16 and a.ndim < 2):
             a = a.astype(np.float32)
         elif a.dtype == np.int64:
             a = a.astype(np.int32)

@@ -54,6 +54,9 @@ class VulkanProvider(
 ):
     """Ternary BitNet kernels on one Vulkan device."""
 
+    #: KV cache dtypes of kv_store/attention (float16: two elements a uint word)
+    kv_dtypes = ("float32", "float16")
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ctx: VulkanContext | None = None
@@ -282,12 +285,13 @@ class VulkanProvider(
     def kv_store(self, cache: Any, x: Any, start: int) -> None:
         if not isinstance(cache, VulkanArray):
             raise UnsupportedOperationError("kv_store: the cache must be a device array")
-        x = self._dev(x, "kv_store", cache.dtype)
+        half = cache.dtype == np.float16
+        x = self._dev(x, "kv_store", cache.dtype if not half or _is_half(x) else np.float32)
         if self._quant_memo is not None and self._quant_memo[0].buffer is cache.buffer:
             self._quant_memo = None  # the array it quantized changes
         t = x.shape[0] if x.ndim else 0
         row = int(math.prod(cache.shape[1:]))
-        if cache.dtype.itemsize != 4:  # 32-bit caches go through the shader (replayable)
+        if x.dtype == cache.dtype and cache.dtype.itemsize != 4:  # same 16-bit rows: a copy
             nbytes = row * cache.dtype.itemsize
             self.stream.copy(x.buffer, cache.buffer, t * nbytes, 0, start * nbytes)
             return
@@ -298,11 +302,13 @@ class VulkanProvider(
             [x, cache, self._step_value(start)],
             pack_push("II", t * row, row),
             (self._groups(t * row, ELEMENTWISE_WG), 1, 1),
-            (ELEMENTWISE_WG,),
+            (ELEMENTWISE_WG, int(half)),
         )
 
     def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> VulkanArray:
-        q, k_cache, v_cache = (self._dev(a, "attention") for a in (q, k_cache, v_cache))
+        q = self._dev(q, "attention")
+        k_cache = self._dev(k_cache, "attention", _cache_dtype(k_cache))
+        v_cache = self._dev(v_cache, "attention", _cache_dtype(k_cache))
         geo = AttentionShape.of(q, k_cache, start)
         out = self._new(q.shape)
         if q.size == 0:
@@ -315,7 +321,7 @@ class VulkanProvider(
             [q, k_cache, v_cache, out, self._step_value(start)],
             pack_push("IIIIf", geo.tokens, geo.heads, geo.kv_heads, geo.dim, geo.scale),
             (self._groups(geo.tokens * geo.heads, 1), 1, 1),
-            (wg,),
+            (wg, int(k_cache.dtype == np.float16)),
         )
         return out
 
@@ -356,3 +362,12 @@ class VulkanProvider(
             (ELEMENTWISE_WG, ELEMENTWISE_OPS[op]),
         )
         return out
+
+
+def _is_half(x: Any) -> bool:
+    return getattr(x, "dtype", None) == np.float16
+
+
+def _cache_dtype(cache: Any) -> Any:
+    """float16 for a float16 cache (device or host), else float32."""
+    return np.float16 if _is_half(cache) else np.float32
