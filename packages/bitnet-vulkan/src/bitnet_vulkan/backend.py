@@ -137,6 +137,9 @@ class VulkanBackend(GenericBackend):
         self._ids = self._host_array((self.max_batch,), np.int32)
         self._last_row = self._host_array((1,), np.int32)
         self._logits = self._host_array((1, cfg.vocab_size), np.float32)
+        self._pos_h, self._ids_h, self._last_h, self._logits_h = (
+            self._view(a) for a in (self._pos, self._ids, self._last_row, self._logits)
+        )
         wg = MATMUL_SG_CPU if ctx.info.is_cpu else MATMUL_SG_GPU
         self._row_wg = wg
         self._rows_per_group = max(1, wg // max(ctx.info.subgroup_size, 1))
@@ -151,9 +154,9 @@ class VulkanBackend(GenericBackend):
         return VulkanArray(Lease(self.stream, buf), shape, dtype)
 
     @staticmethod
-    def _write(arr: VulkanArray, values: np.ndarray) -> None:
-        raw = np.ascontiguousarray(values, dtype=arr.dtype).reshape(-1).view(np.uint8)
-        arr.buffer.mapped[: raw.size] = raw
+    def _view(arr: VulkanArray) -> np.ndarray:
+        """The host's view of a host-visible array (stays valid while ``arr`` lives)."""
+        return arr.buffer.mapped[: arr.nbytes].view(arr.dtype).reshape(arr.shape)
 
     # --- the forward pass -------------------------------------------------------------
     def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
@@ -161,16 +164,15 @@ class VulkanBackend(GenericBackend):
             return super()._forward(ids, cache, all_logits)
         t, start = int(ids.size), cache.length
         cache.reserve(start + t)
-        self._write(self._pos, np.array([start]))
-        self._write(self._ids, ids)
+        self._pos_h[0] = start
+        self._ids_h[:t] = ids
         rows = t if all_logits else 1
         if t == 1:
             program, b = self._decode_program(cache)
             self.stream.run_program(program)
-            logits = self._logits.buffer.mapped[: 4 * self.config.vocab_size]
-            out = logits.view(np.float32).reshape(1, -1).copy()
+            out = self._logits_h.copy()
         else:
-            self._write(self._last_row, np.array([t - 1]))
+            self._last_h[0] = t - 1
             b = StepBuffers(self._provider, self.config, t, rows, 1)
             logits_arr = self._provider._new((rows, self.config.vocab_size))
             program = self._record(b, cache, logits_arr, 1)
@@ -185,9 +187,14 @@ class VulkanBackend(GenericBackend):
     def _decode_program(self, cache: Sequence) -> tuple[Program, StepBuffers]:
         """The recorded decode step for this cache's buffers (recorded on first use)."""
         kc0 = cache.k[0]
-        splits = split_count(int(kc0.shape[0]))
-        key = tuple((k.buffer.key, v.buffer.key) for k, v in zip(cache.k, cache.v, strict=True))
-        key += (tuple(kc0.shape), str(kc0.dtype), splits)
+        splits = split_count(kc0.shape[0])
+        key = (
+            tuple([a.lease.buffer.key for a in cache.k]),
+            tuple([a.lease.buffer.key for a in cache.v]),
+            kc0.shape,
+            kc0.dtype.itemsize,
+            splits,
+        )
         found = self._programs.get(key)
         if found is not None and found[0].generation == self.stream.generation:
             self._programs.move_to_end(key)
