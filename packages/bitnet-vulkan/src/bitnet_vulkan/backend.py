@@ -261,8 +261,7 @@ class VulkanBackend(GenericBackend):
         p, cfg, w = self._provider, self.config, self.weights
         t, hidden, f = b.t, cfg.hidden_size, cfg.intermediate_size
         hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        emb = w.embedding
-        self._embed(emb, self._ids, b.x, t)
+        p.launch_embedding(w.embedding, self._ids, b.x, t)
         f16 = int(cache.k[0].dtype == np.float16)
         pairs = t * (hq + 2 * hkv) * (d // 2)
         rope_push = pack_push("IIIII", t, hq, hkv, d, cfg.rot_dim)
@@ -297,27 +296,11 @@ class VulkanBackend(GenericBackend):
             self._matmul(lw.down, b.fq, b.fs, b.x, t, add=True)
         rows = b.rows
         if b.last is not b.x:
-            self._embed(b.x, self._last_row, b.last, rows)
+            p.launch_embedding(b.x, self._last_row, b.last, rows)
         push = pack_push("IIf", rows, hidden, float(cfg.rms_norm_eps))
         groups = (p._groups(rows, self._rows_per_group), 1, 1)
         self._run("rmsnorm_sg", [b.last, w.output_norm, b.hx], push, groups, (self._row_wg,))
-        head = w.head
-        shader, groups, spec = p._matmul_launch(
-            "matmul_dense", head.shape[0], rows, (int(head.dtype == np.float16),)
-        )
-        push = pack_push("III", head.shape[0], rows, hidden)
-        self._run(shader, [b.hx, head, logits], push, groups, spec)
-
-    def _embed(self, table: VulkanArray, ids: VulkanArray, out: VulkanArray, t: int) -> None:
-        cols = int(table.shape[1])
-        total = t * cols
-        self._run(
-            "embedding",
-            [table, ids, out],
-            pack_push("II", total, cols),
-            (self._provider._groups(total, ELEMENTWISE_WG), 1, 1),
-            (ELEMENTWISE_WG, int(table.dtype == np.float16)),
-        )
+        p.launch_dense(b.hx, w.head, logits, rows)
 
 
 def fused_enabled() -> bool:

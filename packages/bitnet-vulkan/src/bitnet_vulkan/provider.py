@@ -29,7 +29,7 @@ from bitnet_core.sdk.runtime import never_raises
 
 from . import vkapi
 from ._version import __version__
-from .arrays import VulkanArray, VulkanWeight, padded_cols
+from .arrays import SplitTable, VulkanArray, VulkanWeight, padded_cols
 from .context import VulkanContext
 from .devices import ENV_DEVICE
 from .launch import VulkanLaunch, pow2_at_least
@@ -166,16 +166,22 @@ class VulkanProvider(
         out = self._new((ids.size, cols))
         if out.size == 0:
             return out
-        id_buf = self.to_device(ids.astype(np.int32))
-        total = ids.size * cols
-        self._run(
-            "embedding",
-            [table, id_buf, out],
-            pack_push("II", total, cols),
-            (self._groups(total, ELEMENTWISE_WG), 1, 1),
-            (ELEMENTWISE_WG, int(table.dtype == np.float16)),
-        )
+        self.launch_embedding(table, self.to_device(ids.astype(np.int32)), out, ids.size)
         return out
+
+    def launch_embedding(self, table: Any, ids: Any, out: Any, t: int) -> None:
+        """Record ``out[:t] = table[ids[:t]]`` (device arrays; a split table: a dispatch a part)."""
+        cols = int(table.shape[1])
+        total = t * cols
+        parts = table.parts if isinstance(table, SplitTable) else [(0, table)]
+        for row0, part in parts:
+            self._run(
+                "embedding",
+                [part, ids, out],
+                pack_push("IIII", total, cols, row0, part.shape[0]),
+                (self._groups(total, ELEMENTWISE_WG), 1, 1),
+                (ELEMENTWISE_WG, int(table.dtype == np.float16)),
+            )
 
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> VulkanArray:
         x, weight = self._dev(x, "rmsnorm"), self._dev(weight, "rmsnorm")
@@ -257,11 +263,20 @@ class VulkanProvider(
             return out
         if x.shape[1] == 0:
             return self.empty((tokens, n))
-        shader, groups, spec = self._matmul_launch(
-            "matmul_dense", n, tokens, (int(table.dtype == np.float16),)
-        )
-        self._run(shader, [x, table, out], pack_push("III", n, tokens, x.shape[1]), groups, spec)
+        self.launch_dense(x, table, out, tokens)
         return out
+
+    def launch_dense(self, x: Any, table: Any, out: Any, tokens: int) -> None:
+        """Record ``out[:tokens] = x @ table.T`` (device arrays; a split table: a dispatch a part)."""
+        n, k = int(table.shape[0]), int(table.shape[1])
+        parts = table.parts if isinstance(table, SplitTable) else [(0, table)]
+        for row0, part in parts:
+            rows = int(part.shape[0])
+            shader, groups, spec = self._matmul_launch(
+                "matmul_dense", rows, tokens, (int(table.dtype == np.float16),)
+            )
+            push = pack_push("IIIII", rows, tokens, k, n, row0)
+            self._run(shader, [x, part, out], push, groups, spec)
 
     def rope(
         self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
