@@ -54,7 +54,7 @@ ELEMENTWISE_WG = 256
 ATTENTION_SLOTS = 4  # MAX_SLOTS in attention.comp
 KEYS_PER_SPLIT = 64  # cache rows per split of the decode attention
 MAX_SPLITS = 16
-MAX_PROGRAMS = 4  # recorded decode steps kept (least recently used dropped)
+MAX_PROGRAMS = 16  # recorded decode steps kept (sequences x layouts; least recently used dropped)
 NORM_MODES = {"plain": 0, "silu": 1, "relu2": 2, "combine": 3}
 
 
