@@ -1,5 +1,6 @@
 #version 450
-// y[t, n] = sum_k x[t, k] * table[n, k]; the table is float32 or (F16) float16,
+// y[t, offset + n] = sum_k x[t, k] * table[n, k] (rows `stride` apart: a table too large for
+// one buffer comes in parts of rows, each a dispatch); the table is float32 or (F16) float16,
 // read as uint words either way. LX threads share a row, ROWS rows a workgroup; with
 // USE_SUBGROUP one subgroup a row, reduced with subgroupAdd (1-D workgroup).
 #ifdef USE_SUBGROUP
@@ -16,7 +17,7 @@ layout(constant_id = 2) const bool F16 = false;
 layout(std430, binding = 0) readonly buffer X { vec4 x4[]; };
 layout(std430, binding = 1) readonly buffer T { uvec4 table4[]; };
 layout(std430, binding = 2) writeonly buffer Y { float y[]; };
-layout(push_constant) uniform P { uint n_rows; uint tokens; uint cols; } p;
+layout(push_constant) uniform P { uint n_rows; uint tokens; uint cols; uint stride; uint offset; } p;
 
 float xat(uint i) { return x4[i >> 2][i & 3u]; }
 
@@ -59,7 +60,7 @@ void main() {
         for (uint n = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; n < p.n_rows;
              n += gl_NumWorkGroups.x * gl_NumSubgroups) {
             float acc = subgroupAdd(row_dot(t, n, gl_SubgroupInvocationID, gl_SubgroupSize));
-            if (subgroupElect()) y[t * p.n_rows + n] = acc;
+            if (subgroupElect()) y[t * p.stride + p.offset + n] = acc;
         }
     }
 }
@@ -78,7 +79,7 @@ void main() {
                 if (lx < s) red[ly][lx] += red[ly][lx + s];
                 barrier();
             }
-            if (lx == 0u && n < p.n_rows) y[t * p.n_rows + n] = red[ly][0];
+            if (lx == 0u && n < p.n_rows) y[t * p.stride + p.offset + n] = red[ly][0];
             barrier();
         }
     }

@@ -5,7 +5,7 @@
 // four a word, 4 * w_words words a row, zero padded. LX threads share a row,
 // ROWS rows a workgroup; USE_INT_DOT selects SPV_KHR_integer_dot_product. USE_SUBGROUP:
 // one subgroup a row (whatever its size), reduced with subgroupAdd: no shared memory, no
-// barriers; the workgroup is 1-D (local_size_x only).
+// barriers; the workgroup is 1-D (local_size_x only). ADD: y += the product (a residual).
 #extension GL_EXT_spirv_intrinsics : enable
 #ifdef USE_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
@@ -19,7 +19,8 @@ layout(std430, binding = 0) readonly buffer XQ { uint xq[]; };
 layout(std430, binding = 1) readonly buffer XS { float xs[]; };
 layout(std430, binding = 2) readonly buffer W { uint w[]; };
 layout(std430, binding = 3) readonly buffer S { float scales[]; };
-layout(std430, binding = 4) writeonly buffer Y { float y[]; };
+layout(constant_id = 2) const bool ADD = false;
+layout(std430, binding = 4) buffer Y { float y[]; };
 layout(push_constant) uniform P { uint n_rows; uint tokens; uint w_words; } p;
 
 #ifdef USE_INT_DOT
@@ -69,8 +70,11 @@ void main() {
             }
             for (uint j = 0u; j < nt; j++) {
                 int total = subgroupAdd(acc[j]);
-                if (subgroupElect())
-                    y[(t0 + j) * p.n_rows + n] = float(total) * scales[n] / xs[t0 + j];
+                if (subgroupElect()) {
+                    uint o = (t0 + j) * p.n_rows + n;
+                    float v = float(total) * scales[n] / xs[t0 + j];
+                    y[o] = ADD ? y[o] + v : v;
+                }
             }
         }
     }
@@ -96,8 +100,10 @@ void main() {
                 if (lx < s) red[ly][lx] += red[ly][lx + s];
                 barrier();
             }
-            if (lx == 0u && n < p.n_rows)
-                y[t * p.n_rows + n] = float(red[ly][0]) * scales[n] / xs[t];
+            if (lx == 0u && n < p.n_rows) {
+                float v = float(red[ly][0]) * scales[n] / xs[t];
+                y[t * p.n_rows + n] = ADD ? y[t * p.n_rows + n] + v : v;
+            }
             barrier();
         }
     }

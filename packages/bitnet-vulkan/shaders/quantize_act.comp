@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // Per-row absmax int8 quantization (BitNet b1.58 activations).
 // s[t] = 127 / max(max|x[t]|, 1e-5) (correctly rounded, as numpy's float32 division),
 // xq[t, k] = clamp(roundEven(x[t, k] * s[t]), -128, 127), four int8 a uint word,
@@ -16,35 +17,7 @@ layout(std430, binding = 2) writeonly buffer XS { float xs[]; };
 layout(push_constant) uniform P { uint rows; uint cols; uint xq_words; } p;
 
 
-// Vulkan lets `/` be off by 2.5 ulp, but + - * are correctly rounded: take the quotient,
-// then among it and its two neighbours the one with the smallest exact residual
-// n - q * d (Dekker's error-free product), which is numpy's correctly rounded n / d.
-float residual(float n, float d, float q) {
-    precise float p = q * d;
-    precise float cq = 4097.0 * q;
-    precise float qh = cq - (cq - q);
-    precise float ql = q - qh;
-    precise float cd = 4097.0 * d;
-    precise float dh = cd - (cd - d);
-    precise float dl = d - dh;
-    precise float err = ((qh * dh - p) + qh * dl + ql * dh) + ql * dl;
-    precise float r = (n - p) - err;
-    return r;
-}
-
-float correctly_rounded_quotient(float n, float d) {
-    float q = n / d;
-    if (d > 1e30 || q <= 0.0) return q;  // no splitting near overflow; these never arise here
-    float best = q;
-    float best_r = abs(residual(n, d, q));
-    float up = uintBitsToFloat(floatBitsToUint(q) + 1u);
-    float down = uintBitsToFloat(floatBitsToUint(q) - 1u);
-    float r_up = abs(residual(n, d, up));
-    float r_down = abs(residual(n, d, down));
-    if (r_up < best_r) { best = up; best_r = r_up; }
-    if (r_down < best_r) { best = down; }
-    return best;
-}
+#include "quant.glsl"
 
 uint quantize_word(uint base, uint w, float q) {
     uint word = 0u;

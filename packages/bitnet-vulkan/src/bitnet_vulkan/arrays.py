@@ -75,6 +75,23 @@ class VulkanArray(DeviceArray):
         return VulkanArray(self.lease, dims, self.dtype)
 
 
+class SplitTable(DeviceArray):
+    """A 2-D float table too large for one storage buffer: parts of whole rows, in order.
+
+    Only ``embedding`` and ``matmul_dense`` take it (one dispatch a part).
+    """
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list[tuple[int, VulkanArray]], shape: tuple[int, int], dtype: Any):
+        self.parts = parts  # (first row, the part's rows as a table)
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+
+    def reshape(self, *shape: Any) -> SplitTable:
+        raise ShapeError("a table split across buffers cannot be reshaped")
+
+
 class VulkanWeight:
     """A ternary matrix resident on the device: I2 codes as uint32 words and per-row scales."""
 

@@ -17,7 +17,10 @@ from bitnet_core.errors import ShapeError, UnsupportedOperationError
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.sdk.packing import PACKINGS
 
-from .arrays import Lease, VulkanArray, VulkanWeight, device_nbytes, padded_cols
+from .arrays import Lease, SplitTable, VulkanArray, VulkanWeight, device_nbytes, padded_cols
+
+#: bytes of one part of a split table (None: the device's maxStorageBufferRange)
+TABLE_PART_BYTES: int | None = None
 
 
 class VulkanMemory:
@@ -33,6 +36,10 @@ class VulkanMemory:
         if not isinstance(x, VulkanArray):
             if isinstance(x, VulkanWeight):
                 raise ShapeError(f"{op}: got a ternary weight where an array is expected")
+            if isinstance(x, SplitTable):
+                raise UnsupportedOperationError(
+                    f"{op}: a table split across buffers is only for embedding/matmul_dense"
+                )
             x = self.to_device(np.asarray(x, dtype=dtype))
         if x.dtype != np.dtype(dtype):
             raise UnsupportedOperationError(
@@ -40,7 +47,9 @@ class VulkanMemory:
             )
         return x
 
-    def _table(self, x: Any, op: str) -> VulkanArray:
+    def _table(self, x: Any, op: str) -> VulkanArray | SplitTable:
+        if isinstance(x, SplitTable):
+            return x
         if not isinstance(x, VulkanArray):
             arr = np.asarray(x)
             x = self.to_device(arr if arr.dtype == np.float16 else arr.astype(np.float32))
@@ -53,7 +62,7 @@ class VulkanMemory:
     def to_device(self, array: np.ndarray) -> VulkanArray:
         """Upload a host array (float64 becomes float32; 1-D float16 too; int8 rows padded)."""
         a = np.asarray(array)
-        if a.dtype == np.float64 or (a.dtype == np.float16 and a.ndim != 2):
+        if a.dtype == np.float64 or (a.dtype == np.float16 and a.ndim < 2):
             a = a.astype(np.float32)
         elif a.dtype == np.int64:
             a = a.astype(np.int32)
@@ -66,6 +75,12 @@ class VulkanMemory:
             a = padded
         a = np.ascontiguousarray(a)
         stream = self.stream
+        part_rows = self._table_part_rows(a)
+        if part_rows:
+            parts = [
+                (r, self.to_device(a[r : r + part_rows])) for r in range(0, a.shape[0], part_rows)
+            ]
+            return SplitTable(parts, a.shape, a.dtype)
         if a.nbytes >= (1 << 20):  # big (weights, tables): a buffer of its own
             buf = stream.allocate_exact(a.nbytes)
         else:
@@ -73,8 +88,20 @@ class VulkanMemory:
         stream.upload(buf, a)
         return VulkanArray(Lease(stream, buf), out_shape, a.dtype)
 
+    def _table_part_rows(self, a: np.ndarray) -> int:
+        """Rows a part of ``a`` when it is a float table too large for one buffer, else 0."""
+        limit = TABLE_PART_BYTES or self.context.info.limits["max_storage_buffer_range"]
+        if a.ndim != 2 or a.dtype.kind != "f" or a.nbytes <= limit or a.shape[1] == 0:
+            return 0
+        row = a.shape[1] * a.dtype.itemsize
+        if row > limit:
+            return 0  # a single row too large: the allocation's error says so
+        return limit // row
+
     def to_host(self, array: Any) -> np.ndarray:
         """Download a device array (runs everything recorded so far)."""
+        if isinstance(array, SplitTable):
+            return np.concatenate([self.to_host(part) for _, part in array.parts])
         if not isinstance(array, VulkanArray):
             return np.asarray(array)
         raw = self.stream.download(array.buffer, array.nbytes)

@@ -29,7 +29,7 @@ from bitnet_core.sdk.runtime import never_raises
 
 from . import vkapi
 from ._version import __version__
-from .arrays import VulkanArray, VulkanWeight, padded_cols
+from .arrays import SplitTable, VulkanArray, VulkanWeight, padded_cols
 from .context import VulkanContext
 from .devices import ENV_DEVICE
 from .launch import VulkanLaunch, pow2_at_least
@@ -54,6 +54,9 @@ class VulkanProvider(
 ):
     """Ternary BitNet kernels on one Vulkan device."""
 
+    #: KV cache dtypes of kv_store/attention (float16: two elements a uint word)
+    kv_dtypes = ("float32", "float16")
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ctx: VulkanContext | None = None
@@ -73,7 +76,7 @@ class VulkanProvider(
         vkapi.load()
         with self._lock:
             if self._ctx is None:
-                self._ctx = self._create(explicit)
+                self._ctx = self._create(explicit, self.trace)
                 self._explicit = explicit
             ctx = self._ctx
         info = ctx.info
@@ -91,11 +94,11 @@ class VulkanProvider(
         )
 
     @staticmethod
-    def _create(explicit: bool) -> VulkanContext:
+    def _create(explicit: bool, trace: Any = None) -> VulkanContext:
         ctx = VulkanContext.create(explicit)
         try:
             ctx.pipelines = PipelineCache(ctx)  # type: ignore[attr-defined]
-            ctx.stream = CommandStream(ctx)  # type: ignore[attr-defined]
+            ctx.stream = CommandStream(ctx, trace)  # type: ignore[attr-defined]
         except BaseException:
             ctx.close()
             raise
@@ -107,7 +110,7 @@ class VulkanProvider(
         if self._ctx is None:
             with self._lock:
                 if self._ctx is None:
-                    self._ctx = self._create(self._explicit)
+                    self._ctx = self._create(self._explicit, self.trace)
         return self._ctx
 
     @property
@@ -117,6 +120,13 @@ class VulkanProvider(
     @property
     def device_info(self):
         return self.context.info
+
+    def make_backend(self, weights: Any, **opts: Any) -> Any:
+        """The fused forward pass with recorded decode steps (``backend``); None with
+        ``BITNET_VULKAN_FUSED=0``."""
+        from .backend import VulkanBackend, fused_enabled
+
+        return VulkanBackend(self, weights, **opts) if fused_enabled() else None
 
     def synchronize(self) -> None:
         """Run everything recorded so far and wait for it."""
@@ -146,6 +156,7 @@ class VulkanProvider(
         pipe = self.context.pipelines.get(shader, len(buffers), spec)
         bufs = [b.buffer if isinstance(b, VulkanArray) else b.buffer for b in buffers]
         self.stream.dispatch(pipe, bufs, push, groups)
+        self.trace.kernel(shader)
 
     # --- memory -----------------------------------------------------------------------
     # --- ops ---------------------------------------------------------------------------
@@ -156,16 +167,22 @@ class VulkanProvider(
         out = self._new((ids.size, cols))
         if out.size == 0:
             return out
-        id_buf = self.to_device(ids.astype(np.int32))
-        total = ids.size * cols
-        self._run(
-            "embedding",
-            [table, id_buf, out],
-            pack_push("II", total, cols),
-            (self._groups(total, ELEMENTWISE_WG), 1, 1),
-            (ELEMENTWISE_WG, int(table.dtype == np.float16)),
-        )
+        self.launch_embedding(table, self.to_device(ids.astype(np.int32)), out, ids.size)
         return out
+
+    def launch_embedding(self, table: Any, ids: Any, out: Any, t: int) -> None:
+        """Record ``out[:t] = table[ids[:t]]`` (device arrays; a split table: a dispatch a part)."""
+        cols = int(table.shape[1])
+        total = t * cols
+        parts = table.parts if isinstance(table, SplitTable) else [(0, table)]
+        for row0, part in parts:
+            self._run(
+                "embedding",
+                [part, ids, out],
+                pack_push("IIII", total, cols, row0, part.shape[0]),
+                (self._groups(total, ELEMENTWISE_WG), 1, 1),
+                (ELEMENTWISE_WG, int(table.dtype == np.float16)),
+            )
 
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> VulkanArray:
         x, weight = self._dev(x, "rmsnorm"), self._dev(weight, "rmsnorm")
@@ -247,11 +264,20 @@ class VulkanProvider(
             return out
         if x.shape[1] == 0:
             return self.empty((tokens, n))
-        shader, groups, spec = self._matmul_launch(
-            "matmul_dense", n, tokens, (int(table.dtype == np.float16),)
-        )
-        self._run(shader, [x, table, out], pack_push("III", n, tokens, x.shape[1]), groups, spec)
+        self.launch_dense(x, table, out, tokens)
         return out
+
+    def launch_dense(self, x: Any, table: Any, out: Any, tokens: int) -> None:
+        """Record ``out[:tokens] = x @ table.T`` (device arrays; a split table: a dispatch a part)."""
+        n, k = int(table.shape[0]), int(table.shape[1])
+        parts = table.parts if isinstance(table, SplitTable) else [(0, table)]
+        for row0, part in parts:
+            rows = int(part.shape[0])
+            shader, groups, spec = self._matmul_launch(
+                "matmul_dense", rows, tokens, (int(table.dtype == np.float16),)
+            )
+            push = pack_push("IIIII", rows, tokens, k, n, row0)
+            self._run(shader, [x, part, out], push, groups, spec)
 
     def rope(
         self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int
@@ -275,12 +301,13 @@ class VulkanProvider(
     def kv_store(self, cache: Any, x: Any, start: int) -> None:
         if not isinstance(cache, VulkanArray):
             raise UnsupportedOperationError("kv_store: the cache must be a device array")
-        x = self._dev(x, "kv_store", cache.dtype)
+        half = cache.dtype == np.float16
+        x = self._dev(x, "kv_store", cache.dtype if not half or _is_half(x) else np.float32)
         if self._quant_memo is not None and self._quant_memo[0].buffer is cache.buffer:
             self._quant_memo = None  # the array it quantized changes
         t = x.shape[0] if x.ndim else 0
         row = int(math.prod(cache.shape[1:]))
-        if cache.dtype.itemsize != 4:  # 32-bit caches go through the shader (replayable)
+        if x.dtype == cache.dtype and cache.dtype.itemsize != 4:  # same 16-bit rows: a copy
             nbytes = row * cache.dtype.itemsize
             self.stream.copy(x.buffer, cache.buffer, t * nbytes, 0, start * nbytes)
             return
@@ -291,11 +318,13 @@ class VulkanProvider(
             [x, cache, self._step_value(start)],
             pack_push("II", t * row, row),
             (self._groups(t * row, ELEMENTWISE_WG), 1, 1),
-            (ELEMENTWISE_WG,),
+            (ELEMENTWISE_WG, int(half)),
         )
 
     def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> VulkanArray:
-        q, k_cache, v_cache = (self._dev(a, "attention") for a in (q, k_cache, v_cache))
+        q = self._dev(q, "attention")
+        k_cache = self._dev(k_cache, "attention", _cache_dtype(k_cache))
+        v_cache = self._dev(v_cache, "attention", _cache_dtype(k_cache))
         geo = AttentionShape.of(q, k_cache, start)
         out = self._new(q.shape)
         if q.size == 0:
@@ -308,7 +337,7 @@ class VulkanProvider(
             [q, k_cache, v_cache, out, self._step_value(start)],
             pack_push("IIIIf", geo.tokens, geo.heads, geo.kv_heads, geo.dim, geo.scale),
             (self._groups(geo.tokens * geo.heads, 1), 1, 1),
-            (wg,),
+            (wg, int(k_cache.dtype == np.float16)),
         )
         return out
 
@@ -349,3 +378,12 @@ class VulkanProvider(
             (ELEMENTWISE_WG, ELEMENTWISE_OPS[op]),
         )
         return out
+
+
+def _is_half(x: Any) -> bool:
+    return getattr(x, "dtype", None) == np.float16
+
+
+def _cache_dtype(cache: Any) -> Any:
+    """float16 for a float16 cache (device or host), else float32."""
+    return np.float16 if _is_half(cache) else np.float32

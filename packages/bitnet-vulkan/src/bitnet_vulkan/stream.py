@@ -15,6 +15,12 @@ steps repeat exactly once the buffer pool has settled.
 Descriptor sets are cached per (layout, buffers), and buffers come from a
 pool of size classes, so a steady decode loop allocates nothing.
 
+A ``Program`` is a step recorded into a command buffer of its own, which the
+owner (``backend.VulkanBackend``'s decode step) resubmits as it is, with no
+per-op work on the host. It stays valid while ``generation`` is unchanged:
+resetting the descriptor pool (a destroyed buffer, a full set cache) frees
+the sets it binds.
+
 Why reusing a pooled buffer inside one step is safe: every command is
 followed by a barrier that orders all earlier device work before all later
 work. Host writes are not ordered by barriers, so a buffer the host writes
@@ -44,11 +50,25 @@ RECORDED_STEPS = 4
 WHOLE_SIZE = 0xFFFFFFFFFFFFFFFF
 
 
+class Program:
+    """A recorded command buffer run as it is by ``CommandStream.run_program``."""
+
+    __slots__ = ("ptr", "submit", "generation", "commands")
+
+    def __init__(self, ptr: Any, submit: Any, generation: int, commands: int) -> None:
+        self.ptr = ptr
+        self.submit = submit
+        self.generation = generation
+        self.commands = commands
+
+
 class CommandStream:
     """The open command buffer of one context, its descriptor sets and buffer pools."""
 
-    def __init__(self, ctx: VulkanContext) -> None:
+    def __init__(self, ctx: VulkanContext, trace: Any = None) -> None:
         self.ctx = ctx
+        self.trace = trace  # the provider's LaunchTrace (sdk.trace): counts submissions
+        self.generation = 0  # bumped when the descriptor pool is reset (Program validity)
         vk, ffi, lib = ctx.vk, ctx.vk.ffi, ctx.vk.lib
         self.vk, self.ffi, self.lib = vk, ffi, lib
         dev = ctx.device
@@ -192,6 +212,7 @@ class CommandStream:
         if self._sets and self.ctx.device is not None:
             self._forget_recorded()
             self._sets.clear()
+            self.generation += 1
             vkapi.check(
                 "vkResetDescriptorPool",
                 self.lib.vkResetDescriptorPool(self.ctx.device, self.descriptor_pool, 0),
@@ -406,7 +427,6 @@ class CommandStream:
         """Run the open step (replaying its command buffer if it ran before), wait, recycle."""
         if not self._cmds:
             return
-        lib, dev = self.lib, self.ctx.device
         key = tuple(k for k, _ in self._cmds)
         found = self._recorded.get(key)
         if found is not None:
@@ -423,16 +443,7 @@ class CommandStream:
             self._recorded[key] = found
             self.stats["recorded"] += 1
         self._cmds.clear()
-        vkapi.check(
-            "vkQueueSubmit", lib.vkQueueSubmit(self.ctx.queue, 1, found[1], self.fence_ptr[0])
-        )
-        vkapi.check(
-            "vkWaitForFences",
-            lib.vkWaitForFences(dev, 1, self.fence_ptr, 1, 0xFFFFFFFFFFFFFFFF),
-        )
-        vkapi.check("vkResetFences", lib.vkResetFences(dev, 1, self.fence_ptr))
-        self.epoch += 1
-        self.stats["submits"] += 1
+        self._submit_and_wait(found[1])
         for buf in self._staging_in_use:
             buf.free = True
         self._staging_in_use.clear()
@@ -440,6 +451,50 @@ class CommandStream:
         if self._doomed:
             doomed, self._doomed = self._doomed, []
             self._destroy(doomed)
+
+    def _submit_and_wait(self, submit: Any) -> None:
+        lib, dev = self.lib, self.ctx.device
+        vkapi.check(
+            "vkQueueSubmit", lib.vkQueueSubmit(self.ctx.queue, 1, submit, self.fence_ptr[0])
+        )
+        if self.trace is not None:
+            self.trace.submit()
+        vkapi.check(
+            "vkWaitForFences",
+            lib.vkWaitForFences(dev, 1, self.fence_ptr, 1, 0xFFFFFFFFFFFFFFFF),
+        )
+        vkapi.check("vkResetFences", lib.vkResetFences(dev, 1, self.fence_ptr))
+        self.epoch += 1
+        self.stats["submits"] += 1
+
+    # --- programs: steps recorded once and resubmitted by their owner -----------------
+    def record_program(self) -> Program:
+        """Record the open step into a command buffer of its own (until ``free_program``)."""
+        found = self._command_buffer()
+        try:
+            self._record(found[0][0])
+        except BaseException:
+            self._spare.append(found)
+            self._cmds.clear()
+            raise
+        n = len(self._cmds)
+        self._cmds.clear()
+        self.stats["recorded"] += 1
+        return Program(found[0], found[1], self.generation, n)
+
+    def run_program(self, program: Program) -> None:
+        """Submit ``program`` (after whatever ops are still open) and wait for it."""
+        if program.generation != self.generation:
+            raise ProviderError("a recorded program outlived its descriptor sets")
+        if self._cmds:
+            self.flush()
+        self._submit_and_wait(program.submit)
+        self.stats["replays"] += 1
+
+    def free_program(self, program: Program) -> None:
+        """Give a program's command buffer back for reuse."""
+        if self.ctx.device is not None:
+            self._spare.append((program.ptr, program.submit))
 
     def close(self) -> None:
         ffi, lib, dev = self.ffi, self.lib, self.ctx.device

@@ -1,0 +1,73 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// Rotary embedding and KV-cache append of one forward pass, from the fused q|k|v matmul
+// output qkv [T, (Hq + 2 Hkv) * D]: q rotated into q [T, Hq, D]; k rotated and v copied
+// into the caches [S, Hkv, D] at rows pos .. pos + T - 1, pos read from step[0] (a buffer
+// the host rewrites, so a recorded decode step replays unchanged). cos/sin tables
+// [context, rot_dim / 2] are computed on the host in float64, as the reference does.
+// NEOX pairs (i, i + half), NORM pairs (2i, 2i + 1); dims >= rot_dim pass through.
+// One invocation writes two consecutive elements (one word of a float16 cache: F16).
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const bool NEOX = true;
+layout(constant_id = 2) const bool F16 = false;
+
+layout(std430, binding = 0) readonly buffer QKV { float qkv[]; };
+layout(std430, binding = 1) readonly buffer C { float cos_t[]; };
+layout(std430, binding = 2) readonly buffer S { float sin_t[]; };
+layout(std430, binding = 3) writeonly buffer Q { float q[]; };
+layout(std430, binding = 4) writeonly buffer K { uint kc[]; };
+layout(std430, binding = 5) writeonly buffer V { uint vc[]; };
+layout(std430, binding = 6) readonly buffer St { uint step[]; };
+layout(push_constant) uniform P {
+    uint tokens; uint q_heads; uint kv_heads; uint dim; uint rot_dim;
+} p;
+
+#include "half.glsl"
+
+float rotated(uint row, uint d, uint pos) {
+    if (d >= p.rot_dim) return qkv[row + d];
+    uint half_dim = p.rot_dim / 2u;
+    uint i; float a, b; bool first;
+    if (NEOX) {
+        first = d < half_dim;
+        i = first ? d : d - half_dim;
+        a = qkv[row + i]; b = qkv[row + i + half_dim];
+    } else {
+        first = (d & 1u) == 0u;
+        i = d >> 1;
+        a = qkv[row + 2u * i]; b = qkv[row + 2u * i + 1u];
+    }
+    float c = cos_t[pos * half_dim + i], s = sin_t[pos * half_dim + i];
+    return first ? a * c - b * s : b * c + a * s;
+}
+
+void main() {
+    uint heads = p.q_heads + 2u * p.kv_heads;
+    uint pairs = p.dim / 2u;
+    uint total = p.tokens * heads * pairs;
+    uint start = step[0];
+    for (uint e = gl_GlobalInvocationID.x; e < total; e += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {
+        uint th = e / pairs, d = 2u * (e - th * pairs);
+        uint t = th / heads, h = th - t * heads;
+        uint row = th * p.dim, pos = start + t;
+        if (h < p.q_heads) {
+            uint o = (t * p.q_heads + h) * p.dim + d;
+            q[o] = rotated(row, d, pos);
+            q[o + 1u] = rotated(row, d + 1u, pos);
+            continue;
+        }
+        bool is_k = h < p.q_heads + p.kv_heads;
+        uint kvh = is_k ? h - p.q_heads : h - p.q_heads - p.kv_heads;
+        float a = is_k ? rotated(row, d, pos) : qkv[row + d];
+        float b = is_k ? rotated(row, d + 1u, pos) : qkv[row + d + 1u];
+        uint o = (pos * p.kv_heads + kvh) * p.dim + d;
+        if (F16) {
+            uint word = pack_halves(a, b);
+            if (is_k) kc[o >> 1] = word; else vc[o >> 1] = word;
+        } else if (is_k) {
+            kc[o] = floatBitsToUint(a); kc[o + 1u] = floatBitsToUint(b);
+        } else {
+            vc[o] = floatBitsToUint(a); vc[o + 1u] = floatBitsToUint(b);
+        }
+    }
+}
