@@ -13,39 +13,9 @@ kernel void attention(global const float* restrict q, global const float* restri
   const int lid = get_local_id(0), lsz = get_local_size(0);
   const int hk = h / (Hq / Hkv);
   const int n = start + t + 1;
-  const size_t kstride = (size_t)Hkv * D;
-  global const float* qr = q + ((size_t)t * Hq + h) * D;
-  for (int d = lid; d < D; d += lsz) {
-    qv[d] = qr[d];
-    ov[d] = 0.0f;
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-  float m = -INFINITY, l = 0.0f;
-  for (int c = 0; c < n; c += lsz) {
-    const int j = c + lid;
-    float s = -INFINITY;
-    if (j < n) {
-      global const float* kr = kc + (size_t)j * kstride + (size_t)hk * D;
-      float acc = 0.0f;
-      for (int d = 0; d < D; ++d) acc += qv[d] * kr[d];
-      s = acc * scale;
-    }
-    const float mnew = fmax(m, wg_max_float(s, scratch));
-    const float p = j < n ? exp(s - mnew) : 0.0f;
-    pv[lid] = p;
-    const float psum = wg_sum_float(p, scratch); /* its barriers publish pv */
-    const float alpha = exp(m - mnew);
-    l = l * alpha + psum;
-    m = mnew;
-    const int cn = min(lsz, n - c);
-    for (int d = lid; d < D; d += lsz) {
-      global const float* vcol = vc + (size_t)c * kstride + (size_t)hk * D + d;
-      float o = ov[d] * alpha;
-      for (int jj = 0; jj < cn; ++jj) o += pv[jj] * vcol[(size_t)jj * kstride];
-      ov[d] = o;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
+  const float2 ml = attend_keys(q + ((size_t)t * Hq + h) * D, kc, vc, hk, Hkv, D, 0, n, scale,
+                                qv, ov, pv, scratch);
+  const float l = ml.y;
   global float* orow = out + ((size_t)t * Hq + h) * D;
   for (int d = lid; d < D; d += lsz) orow[d] = ov[d] / l;
 }
@@ -69,43 +39,11 @@ kernel void attention_part(global const float* restrict q, global const float* r
   const int hk = h / (Hq / Hkv);
   const int n = start + t + 1;
   const int k0 = s * span;
-  const int k1 = min(n, k0 + span);
-  const size_t kstride = (size_t)Hkv * D;
   const size_t part = ((size_t)t * Hq + h) * S + s;
-  global const float* qr = q + ((size_t)t * Hq + h) * D;
-  for (int d = lid; d < D; d += lsz) {
-    qv[d] = qr[d];
-    ov[d] = 0.0f;
-  }
-  barrier(CLK_LOCAL_MEM_FENCE);
-  float m = -INFINITY, l = 0.0f;
-  for (int c = k0; c < k1; c += lsz) {
-    const int j = c + lid;
-    float sc = -INFINITY;
-    if (j < k1) {
-      global const float* kr = kc + (size_t)j * kstride + (size_t)hk * D;
-      float acc = 0.0f;
-      for (int d = 0; d < D; ++d) acc += qv[d] * kr[d];
-      sc = acc * scale;
-    }
-    const float mnew = fmax(m, wg_max_float(sc, scratch));
-    const float p = j < k1 ? exp(sc - mnew) : 0.0f;
-    pv[lid] = p;
-    const float psum = wg_sum_float(p, scratch);
-    const float alpha = exp(m - mnew);
-    l = l * alpha + psum;
-    m = mnew;
-    const int cn = min(lsz, k1 - c);
-    for (int d = lid; d < D; d += lsz) {
-      global const float* vcol = vc + (size_t)c * kstride + (size_t)hk * D + d;
-      float o = ov[d] * alpha;
-      for (int jj = 0; jj < cn; ++jj) o += pv[jj] * vcol[(size_t)jj * kstride];
-      ov[d] = o;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
+  const float2 ml = attend_keys(q + ((size_t)t * Hq + h) * D, kc, vc, hk, Hkv, D, k0,
+                                min(n, k0 + span), scale, qv, ov, pv, scratch);
   for (int d = lid; d < D; d += lsz) po[part * D + d] = ov[d];
-  if (lid == 0) pml[part] = (float2)(m, l); /* an empty split: (-inf, 0) */
+  if (lid == 0) pml[part] = ml; /* an empty split: (-inf, 0) */
 }
 
 kernel void attention_merge(global const float* restrict po, global const float2* restrict pml,
@@ -115,16 +53,7 @@ kernel void attention_merge(global const float* restrict po, global const float2
   const int t = get_group_id(1);
   const int lid = get_local_id(0), lsz = get_local_size(0);
   const size_t base = ((size_t)t * Hq + h) * S;
-  float mx = -INFINITY;
-  for (int s = 0; s < S; ++s) mx = fmax(mx, pml[base + s].x);
-  float l = 0.0f;
-  for (int s = 0; s < S; ++s) l += pml[base + s].y * exp(pml[base + s].x - mx);
-  for (int d = lid; d < D; d += lsz) {
-    float o = 0.0f;
-    for (int s = 0; s < S; ++s) {
-      const float2 ml = pml[base + s];
-      if (ml.y > 0.0f) o += po[(base + s) * D + d] * exp(ml.x - mx);
-    }
-    out[((size_t)t * Hq + h) * D + d] = o / l;
-  }
+  const float2 ml = merge_max_sum(pml + base, S);
+  for (int d = lid; d < D; d += lsz)
+    out[((size_t)t * Hq + h) * D + d] = merge_value(po + base * D, pml + base, S, D, d, ml);
 }

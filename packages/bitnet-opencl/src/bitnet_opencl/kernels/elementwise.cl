@@ -10,12 +10,6 @@ kernel void mul(global const float* a, global const float* b, global float* y, c
   y[i] = a[i] * b[i % nb];
 }
 
-inline float silu_f(float x) { return x / (1.0f + exp(-x)); }
-inline float relu2_f(float x) {
-  const float r = fmax(x, 0.0f);
-  return r * r;
-}
-
 kernel void silu(global const float* x, global float* y) {
   const size_t i = get_global_id(0);
   y[i] = silu_f(x[i]);
