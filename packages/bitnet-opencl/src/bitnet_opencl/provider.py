@@ -23,6 +23,7 @@ from bitnet_core.errors import (
     UnsupportedOperationError,
 )
 from bitnet_core.hal.provider import Availability, RopeStyle
+from bitnet_core.hal.switches import env_enabled
 from bitnet_core.sdk.arrays import row_split
 from bitnet_core.sdk.attention import AttentionShape
 from bitnet_core.sdk.provider import DeviceProvider
@@ -39,6 +40,7 @@ ATTN_SPAN = 256
 ATTN_SPLIT_BELOW_GROUPS = 512
 #: Token counts up to this use the GEMV kernel; larger ones the tiled GEMM.
 GEMV_MAX_TOKENS = 8
+ENV_FUSED = "BITNET_OPENCL_FUSED"
 _WG = 64  # default work-group size of the reducing kernels
 
 
@@ -103,6 +105,13 @@ class OpenCLProvider(
     def synchronize(self) -> None:
         """Wait for every queued command (benchmarks)."""
         self.runtime.finish()
+
+    def make_backend(self, weights: Any, **opts: Any) -> Any:
+        """The fused backend with replayed decode steps (``backend.py``); None with
+        ``BITNET_OPENCL_FUSED=0``."""
+        from .backend import OpenCLBackend
+
+        return OpenCLBackend(self, weights, **opts) if env_enabled(ENV_FUSED) else None
 
     # --- helpers --------------------------------------------------------------
     def _run(self, name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
