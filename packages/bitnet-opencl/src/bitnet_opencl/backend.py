@@ -190,18 +190,19 @@ class OpenCLBackend(GenericBackend):
         return self._logits_host.copy()
 
     def _recording(self, cache: Sequence) -> StepRecording:
-        """The replayable step for this cache's arrays (built on first use)."""
-        capacity = int(cache.k[0].shape[0])
-        cs, _ = self._provider._rope_table(
-            np.arange(capacity), self.config.rope_theta, max(self.config.rot_dim, 2)
-        )
-        key = (capacity, id(cs)) + tuple(
-            (k.buffer.int_ptr, v.buffer.int_ptr) for k, v in zip(cache.k, cache.v, strict=True)
-        )
+        """The replayable step for this cache's arrays (built on first use).
+
+        A sequence's per-layer lists of K and V arrays are replaced when its cache
+        grows, so the lists (kept alive by the recording) identify the layout."""
+        key = (id(cache.k), id(cache.v))
         rec = self._recordings.get(key)
         if rec is not None:
             self._recordings.move_to_end(key)
             return rec
+        capacity = int(cache.k[0].shape[0])
+        cs, _ = self._provider._rope_table(
+            np.arange(capacity), self.config.rope_theta, max(self.config.rot_dim, 2)
+        )
         launches, keep = self._build_step(cache, cs)
         try:
             rec = StepRecording(self.rt.queue, launches, self._api, keep)
@@ -226,7 +227,7 @@ class OpenCLBackend(GenericBackend):
         splits = split_count(capacity)
         span = -(-capacity // splits)
         launches: list[Launch] = []
-        keep: list[Any] = [*cache.k, *cache.v, cs]
+        keep: list[Any] = [cache.k, cache.v, cs]
 
         def launch(name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
             kernel = rt.cl.Kernel(rt.program, name)
