@@ -58,12 +58,16 @@ def _greedy(backend, prompt, steps):
     return out, all_logits
 
 
-def test_greedy_tokens_equal_the_cpu_across_capacity_crossings(weights, cpu, mode):
-    model = _opencl(weights)
+@pytest.mark.parametrize("kv", ["float32", "float16"])
+def test_greedy_tokens_equal_the_cpu_across_capacity_crossings(weights, mode, kv):
+    """Greedy tokens and every step's logits as the CPU reference's with the same cache dtype."""
+    cpu = Model.from_weights(weights, device="cpu-reference", kv_cache=KVCacheConfig(dtype=kv))
+    model = _opencl(weights, dtype=kv)
     backend = model.backend
     assert isinstance(backend, OpenCLBackend) and backend.fused
     trace = model.provider.trace
-    recorded = trace.kernels["rope_store"]
+    rope_store = "rope_store_f16" if kv == "float16" else "rope_store"
+    recorded = trace.kernels[rope_store]
     got, got_logits = _greedy(backend, [4, 8, 15, 16, 23], 40)
     want, want_logits = _greedy(cpu.backend, [4, 8, 15, 16, 23], 40)
     assert got == want
@@ -71,7 +75,7 @@ def test_greedy_tokens_equal_the_cpu_across_capacity_crossings(weights, cpu, mod
         assert_logits_close(g, w)
     # one recording per capacity the decode steps ran at: 16, 32, 64 tokens
     layers = weights.config.num_layers
-    assert trace.kernels["rope_store"] - recorded == 3 * layers
+    assert trace.kernels[rope_store] - recorded == 3 * layers
     assert len(backend._recordings) == 3
 
 

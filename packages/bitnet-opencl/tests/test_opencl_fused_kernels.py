@@ -93,18 +93,22 @@ def test_gemv_i2s_add_and_fused_weights(ocl, ref, rng, n, k):
     np.testing.assert_allclose(ocl.to_host(y), want, rtol=1e-6, atol=1e-5)
 
 
+@pytest.mark.parametrize("kv", [np.float32, np.float16])
 @pytest.mark.parametrize("style", ["neox", "norm"])
 @pytest.mark.parametrize("hq,hkv,d,rot,pos", [(6, 2, 20, 20, 0), (4, 1, 9, 6, 37), (1, 1, 2, 2, 5)])
-def test_rope_store(ocl, ref, rng, style, hq, hkv, d, rot, pos):
+def test_rope_store(ocl, ref, rng, kv, style, hq, hkv, d, rot, pos):
+    """q rotated; k rotated and v stored at row pos of a float32 or float16 cache
+    (rounded to nearest even, as numpy's astype)."""
     cap, theta = 41, 10000.0
     qkv = acts(rng, 1, (hq + 2 * hkv) * d)
-    kc0, vc0 = acts(rng, cap, hkv, d), acts(rng, cap, hkv, d)
+    kc0, vc0 = acts(rng, cap, hkv, d).astype(kv), acts(rng, cap, hkv, d).astype(kv)
     kc, vc = ocl.to_device(kc0), ocl.to_device(vc0)
     q = ocl._alloc((1, hq * d))
     cs, _ = ocl._rope_table(np.arange(cap), theta, max(rot, 2))
     meta = ocl.to_device(np.array([123, pos], np.int32))
+    name = "rope_store_f16" if kv == np.float16 else "rope_store"
     _run(
-        ocl, "rope_store", (d, hq + 2 * hkv), None, qkv, cs.buffer,
+        ocl, name, (d, hq + 2 * hkv), None, qkv, cs.buffer,
         meta.buffer, np.int32(1), q.buffer, kc.buffer, vc.buffer, np.int32(hq), np.int32(hkv),
         np.int32(d), np.int32(rot), np.int32(1 if style == "neox" else 0),
     )  # fmt: skip
@@ -114,30 +118,34 @@ def test_rope_store(ocl, ref, rng, style, hq, hkv, d, rot, pos):
     want_k = ref.rope(heads[None, hq : hq + hkv], p, theta, style, rot)
     np.testing.assert_allclose(ocl.to_host(q).reshape(1, hq, d), want_q, rtol=1e-5, atol=1e-5)
     kc1, vc1 = ocl.to_host(kc), ocl.to_host(vc)
-    np.testing.assert_allclose(kc1[pos], want_k[0], rtol=1e-5, atol=1e-5)
-    np.testing.assert_array_equal(vc1[pos], heads[hq + hkv :])
+    tol = 1e-5 if kv == np.float32 else 1e-3
+    np.testing.assert_allclose(kc1[pos], want_k[0].astype(kv), rtol=tol, atol=tol)
+    np.testing.assert_array_equal(vc1[pos], heads[hq + hkv :].astype(kv))
     others = np.arange(cap) != pos  # no other row is touched
     np.testing.assert_array_equal(kc1[others], kc0[others])
     np.testing.assert_array_equal(vc1[others], vc0[others])
 
 
+@pytest.mark.parametrize("kv", [np.float32, np.float16])
 @pytest.mark.parametrize(
     "hq,hkv,d,cap,pos,splits",
     [(6, 2, 20, 64, 0, 1), (4, 1, 9, 300, 63, 3), (20, 5, 16, 256, 255, 2), (3, 3, 7, 129, 128, 5)],
 )
-def test_split_attention_merge_norm_quant(ocl, ref, rng, hq, hkv, d, cap, pos, splits):
-    """attn_split over the first pos + 1 keys (empty splits included), then
-    attn_merge_norm_quant: the reference's attention, attn_sub_norm and int8."""
+def test_split_attention_merge_norm_quant(ocl, ref, rng, kv, hq, hkv, d, cap, pos, splits):
+    """attn_split over the first pos + 1 keys (empty splits included) of a float32
+    or float16 cache, then attn_merge_norm_quant: the reference's attention,
+    attn_sub_norm and int8."""
     q = acts(rng, 1, hq, d, scale=1.0)
-    kc, vc = acts(rng, cap, hkv, d, scale=1.0), acts(rng, cap, hkv, d)
+    kc, vc = acts(rng, cap, hkv, d, scale=1.0).astype(kv), acts(rng, cap, hkv, d).astype(kv)
     w = acts(rng, hq * d, scale=1.0)
     span = -(-cap // splits)
     meta = ocl.to_device(np.array([0, pos], np.int32))
     po, pml = ocl._alloc((hq * splits * d,)), ocl._alloc((hq * splits * 2,))
     rt = ocl.runtime
     lsz = rt.reduce_group("attn_split", WG, span)
+    name = "attn_split_f16" if kv == np.float16 else "attn_split"
     _run(
-        ocl, "attn_split", (lsz * hq, splits), (lsz, 1), q,
+        ocl, name, (lsz * hq, splits), (lsz, 1), q,
         kc, vc, meta.buffer, np.int32(1), po.buffer,
         pml.buffer, np.int32(hq), np.int32(hkv), np.int32(d), np.float32(1 / math.sqrt(d)),
         np.int32(span), ocl._local(d * 4), ocl._local(d * 4), ocl._local(lsz * 4),

@@ -257,16 +257,17 @@ class OpenCLBackend(GenericBackend):
         neox = _i32(1 if cfg.rope_style == "neox" else 0)
         attn_lsz = norm_group("attn_split", span)
         merge_lsz = norm_group("attn_merge_norm_quant", hq * d)
+        f16 = "_f16" if cache.k[0].dtype == np.float16 else ""
         for i, lw in enumerate(self.layers):
             kc, vc = cache.layer(i)
             norm_quant(b.x, lw.attn_norm, b.xq, b.xs)
             gemv(lw.qkv, b.xq, b.xs, b.qkv, add=False)
             launch(
-                "rope_store", (d, hq + 2 * hkv), None, b.qkv, cs, b.meta, _i32(1), b.q, kc, vc,
+                "rope_store" + f16, (d, hq + 2 * hkv), None, b.qkv, cs, b.meta, _i32(1), b.q, kc, vc,
                 _i32(hq), _i32(hkv), _i32(d), _i32(cfg.rot_dim), neox,
             )  # fmt: skip
             launch(
-                "attn_split", (attn_lsz * hq, splits), (attn_lsz, 1), b.q, kc, vc, b.meta,
+                "attn_split" + f16, (attn_lsz * hq, splits), (attn_lsz, 1), b.q, kc, vc, b.meta,
                 _i32(1), b.po, b.pml, _i32(hq), _i32(hkv), _i32(d), _f32(1.0 / math.sqrt(d)),
                 _i32(span), p._local(d * 4), p._local(d * 4), p._local(attn_lsz * 4),
                 p._local(attn_lsz * 4),

@@ -20,6 +20,7 @@ import numpy as np
 
 from bitnet_core.errors import (
     DeviceUnavailableError,
+    ShapeError,
     UnsupportedOperationError,
 )
 from bitnet_core.hal.provider import Availability, RopeStyle
@@ -58,6 +59,9 @@ class OpenCLProvider(
     fakeable=True,
 ):
     """OpenCL kernels through PyOpenCL on any OpenCL 1.2+ device."""
+
+    #: KV cache dtypes of kv_store/attention (float16: ``--kv-type f16``)
+    kv_dtypes = ("float32", "float16")
 
     def __init__(self, device: str | None = None) -> None:
         """``device``: ``"P:D"`` overriding ``BITNET_OPENCL_DEVICE`` (tests, benchmarks)."""
@@ -257,21 +261,40 @@ class OpenCLProvider(
 
     @cl_op
     def kv_store(self, cache: Any, x: Any, start: int) -> None:
+        """Rows ``start..`` of ``cache`` = ``x``; float32 rows into a float16 cache are
+        rounded to nearest even on the device."""
         if not isinstance(cache, CLArray):
             raise UnsupportedOperationError("opencl kv_store: the cache must come from empty()")
-        x = self._dev(x, "kv_store", cache.dtype)
+        same = isinstance(x, CLArray) and x.dtype == cache.dtype
+        x = self._dev(x, "kv_store", cache.dtype if same else np.float32)
         t = x.shape[0] if x.ndim else 0
-        self._last_quant = None  # the only op that writes into an existing array
-        if x.size:
-            row = x.nbytes // t
-            rt = self.runtime
-            rt.cl.enqueue_copy(
-                rt.queue, cache.buffer, x.buffer, byte_count=x.nbytes, dst_offset=start * row
+        if start < 0 or start + t > (cache.shape[0] if cache.ndim else 0):
+            raise ShapeError(
+                f"opencl kv_store: rows {start}..{start + t} outside the cache's {cache.shape}"
             )
+        self._last_quant = None  # the only op that writes into an existing array
+        if not x.size:
+            return
+        if x.dtype != cache.dtype:  # float32 into float16
+            if cache.dtype != np.float16:
+                raise UnsupportedOperationError(f"opencl kv_store: a {cache.dtype} cache")
+            row = x.size // t
+            self._run("store_f16", (x.size,), None, x.buffer, cache.buffer, _i32(start * row))
+            return
+        row = x.nbytes // t
+        rt = self.runtime
+        rt.cl.enqueue_copy(
+            rt.queue, cache.buffer, x.buffer, byte_count=x.nbytes, dst_offset=start * row
+        )
 
     @cl_op
     def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> CLArray:
-        q, kc, vc = (self._dev(a, "attention") for a in (q, k_cache, v_cache))
+        q = self._dev(q, "attention")
+        kv_dtype = k_cache.dtype if isinstance(k_cache, CLArray) else np.float32
+        if kv_dtype not in (np.float32, np.float16):
+            raise UnsupportedOperationError(f"opencl attention: a {kv_dtype} cache")
+        kc, vc = (self._dev(a, "attention", kv_dtype) for a in (k_cache, v_cache))
+        f16 = "_f16" if kv_dtype == np.float16 else ""
         geo = AttentionShape.of(q, kc, start)
         out = self._alloc(q.shape)
         if not q.size:
@@ -285,7 +308,7 @@ class OpenCLProvider(
             po = self._alloc((t, hq, splits, d))
             pml = self._alloc((t, hq, splits, 2))
             self._run(
-                "attention_part", (lsz * hq, t, splits), (lsz, 1, 1), q.buffer, kc.buffer,
+                "attention_part" + f16, (lsz * hq, t, splits), (lsz, 1, 1), q.buffer, kc.buffer,
                 vc.buffer, po.buffer, pml.buffer, _i32(hq), _i32(hkv), _i32(d), _i32(start),
                 scale, _i32(ATTN_SPAN), self._local(d * 4), self._local(d * 4),
                 self._local(lsz * 4), self._local(lsz * 4),
@@ -298,7 +321,7 @@ class OpenCLProvider(
             return out
         lsz = self.runtime.reduce_group("attention", _WG, n_max)
         self._run(
-            "attention", (lsz * hq, t), (lsz, 1), q.buffer, kc.buffer, vc.buffer, out.buffer,
+            "attention" + f16, (lsz * hq, t), (lsz, 1), q.buffer, kc.buffer, vc.buffer, out.buffer,
             _i32(hq), _i32(hkv), _i32(d), _i32(start), scale, self._local(d * 4),
             self._local(d * 4), self._local(lsz * 4), self._local(lsz * 4),
         )  # fmt: skip
