@@ -76,7 +76,8 @@ def test_greedy_tokens_equal_the_cpu_across_capacity_crossings(weights, mode, kv
     # one recording per capacity the decode steps ran at: 16, 32, 64 tokens
     layers = weights.config.num_layers
     assert trace.kernels[rope_store] - recorded == 3 * layers
-    assert len(backend._recordings) == 3
+    # each crossing released the layout before (its kernel objects serve the next)
+    assert len(backend._recordings) == 1
 
 
 def test_a_decode_step_is_three_submissions_with_a_command_buffer(weights, mode):

@@ -123,6 +123,8 @@ class OpenCLBackend(GenericBackend):
         super().__init__(provider, weights, **opts)
         self.fused = self.quantize_activations
         self._recordings: OrderedDict[tuple, StepRecording] = OrderedDict()
+        self._spare_kernels: dict[str, list[Any]] = {}  # of released recordings
+        self._by_sequence: dict[int, tuple] = {}  # a sequence's latest recording
         if not self.fused:
             return
         rt = self.rt = provider.runtime
@@ -199,26 +201,53 @@ class OpenCLBackend(GenericBackend):
         if rec is not None:
             self._recordings.move_to_end(key)
             return rec
+        # the sequence's cache grew: its layout before will not be replayed again
+        self._release(self._by_sequence.pop(cache.id, ()))
+        self._by_sequence = {
+            seq: k for seq, k in self._by_sequence.items() if k in self._recordings
+        }
+        self._by_sequence[cache.id] = key
         capacity = int(cache.k[0].shape[0])
         cs, _ = self._provider._rope_table(
             np.arange(capacity), self.config.rope_theta, max(self.config.rot_dim, 2)
         )
-        launches, keep = self._build_step(cache, cs)
+        specs, keep = self._build_step(cache, cs)
         try:
-            rec = StepRecording(self.rt.queue, launches, self._api, keep)
+            rec = StepRecording(self.rt.queue, self._launches(specs), self._api, keep)
         except ProviderError as exc:  # the platform refused to record: replay from the loop
             self._provider.trace.fallback(f"opencl: recording a command buffer failed ({exc})")
             self._api = None
-            rec = StepRecording(self.rt.queue, launches, None, keep)
-        for ln in launches:
+            rec = StepRecording(self.rt.queue, self._launches(specs), None, keep)
+        for ln in rec.launches:
             self._provider.trace.kernel(ln.name)
         self._recordings[key] = rec
         if len(self._recordings) > MAX_RECORDINGS:
-            self._recordings.popitem(last=False)[1].close()
+            self._release(next(iter(self._recordings)))
         return rec
 
+    def _launches(self, specs: list[tuple]) -> list[Launch]:
+        """``Launch``es of ``(name, args, gsize, lsize)``, each with a kernel object of its
+        own, taken from recordings released before (creating one costs about a
+        millisecond on PoCL)."""
+        rt, spare = self.rt, self._spare_kernels
+        out = []
+        for name, *rest in specs:
+            free = spare.get(name)
+            kernel = free.pop() if free else rt.cl.Kernel(rt.program, name)
+            out.append(Launch.make(kernel, name, *rest))
+        return out
+
+    def _release(self, key: tuple) -> None:
+        """Drop a recording; its kernel objects serve the next one."""
+        rec = self._recordings.pop(key, None)
+        if rec is None:
+            return
+        rec.close()
+        for ln in rec.launches:
+            self._spare_kernels.setdefault(ln.name, []).append(ln.kernel)
+
     # --- the launches of one decode step ---------------------------------------------------
-    def _build_step(self, cache: Sequence, cs: CLArray) -> tuple[list[Launch], list[Any]]:
+    def _build_step(self, cache: Sequence, cs: CLArray) -> tuple[list[tuple], list[Any]]:
         cfg, b, rt, p = self.config, self.bufs, self.rt, self._provider
         hidden, eps = cfg.hidden_size, _f32(cfg.rms_norm_eps)
         hq, hkv, d, f = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
@@ -226,13 +255,12 @@ class OpenCLBackend(GenericBackend):
         capacity = int(cache.k[0].shape[0])
         splits = split_count(capacity)
         span = -(-capacity // splits)
-        launches: list[Launch] = []
+        launches: list[tuple] = []  # (name, args, gsize, lsize)
         keep: list[Any] = [cache.k, cache.v, cs]
 
         def launch(name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
-            kernel = rt.cl.Kernel(rt.program, name)
-            kernel.set_args(*(a.buffer if isinstance(a, CLArray) else a for a in args))
-            launches.append(Launch.make(kernel, name, gsize, lsize))
+            args = tuple(a.buffer if isinstance(a, CLArray) else a for a in args)
+            launches.append((name, args, gsize, lsize))
 
         def norm_group(name: str, k: int) -> int:
             return rt.reduce_group(name, WG, k)

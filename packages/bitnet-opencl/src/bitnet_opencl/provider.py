@@ -122,6 +122,8 @@ class OpenCLProvider(
         rt = self.runtime
         with rt.launch_lock:  # a kernel object's arguments are shared state
             rt.kernel(name)(rt.queue, gsize, lsize, *args)
+        self.trace.kernel(name)
+        self.trace.submit()
 
     def _rows(self, name: str, n: int, groups1: int, units: int, item: int, *args) -> None:
         """Launch a row-parallel kernel (``lanes`` items a row) over ``n`` rows."""
@@ -286,6 +288,7 @@ class OpenCLProvider(
         rt.cl.enqueue_copy(
             rt.queue, cache.buffer, x.buffer, byte_count=x.nbytes, dst_offset=start * row
         )
+        self.trace.submit()
 
     @cl_op
     def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> CLArray:

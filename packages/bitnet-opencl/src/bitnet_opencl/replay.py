@@ -64,21 +64,28 @@ def _check(err: int, what: str) -> None:
 
 @dataclass(eq=False)
 class Launch:
-    """One kernel launch with its arguments already set on its own kernel object."""
+    """One kernel launch: its kernel object, arguments and sizes."""
 
     name: str
-    kernel: Any  # pyopencl.Kernel (kept alive: the handle below is its)
+    kernel: Any  # pyopencl.Kernel (kept alive: the handle the replay uses is its)
+    args: tuple[Any, ...]
     dims: int
     global_size: Any  # ctypes size_t[3]
     local_size: Any  # ctypes size_t[3] or None
 
     @classmethod
     def make(
-        cls, kernel: Any, name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None
+        cls,
+        kernel: Any,
+        name: str,
+        args: tuple[Any, ...],
+        gsize: tuple[int, ...],
+        lsize: tuple[int, ...] | None,
     ) -> Launch:
         return cls(
             name,
             kernel,
+            args,
             len(gsize),
             _size3(*gsize, *(1,) * (3 - len(gsize))),
             None if lsize is None else _size3(*lsize, *(1,) * (3 - len(lsize))),
@@ -114,7 +121,11 @@ class CommandBufferApi:
 
 
 class CommandBuffer:
-    """The launches recorded once into a ``cl_khr_command_buffer``, each after the previous."""
+    """The launches recorded once into a ``cl_khr_command_buffer``, each after the previous.
+
+    Each launch keeps a kernel object of its own: PoCL 3.1 reads a recorded
+    command's arguments from its kernel object when the buffer runs, not when
+    it was recorded (launches sharing a kernel object compute garbage there)."""
 
     def __init__(self, api: CommandBufferApi, queue: Any, launches: list[Launch]) -> None:
         self._api = api
@@ -165,12 +176,18 @@ def command_buffers_wanted(extensions: Any) -> bool:
 
 
 class StepRecording:
-    """The launches of one step, replayed from a command buffer or from one ctypes loop."""
+    """The launches of one step, replayed from a command buffer or from one ctypes loop.
+
+    Every launch has a kernel object of its own; its arguments are set once, here."""
 
     def __init__(
         self, queue: Any, launches: list[Launch], api: CommandBufferApi | None, keep: Any = None
     ) -> None:
         """``keep``: what the launches' arguments point into (kept alive with them)."""
+        if len({id(ln.kernel) for ln in launches}) != len(launches):
+            raise ValueError("a recorded step needs a kernel object per launch")
+        for ln in launches:
+            ln.kernel.set_args(*ln.args)
         self.launches = launches
         self.keep = keep
         self._queue = queue
