@@ -128,6 +128,7 @@ class OpenCLMemory:
             evt = rt.cl.enqueue_copy(rt.queue, out.buffer, host, is_blocking=not small)
             if small:
                 out._block.pending = evt
+            self.trace.submit()
         return out
 
     @cl_op
@@ -137,6 +138,7 @@ class OpenCLMemory:
         out = np.empty(array.shape, dtype=array.dtype)
         if out.size:
             self.runtime.cl.enqueue_copy(self.runtime.queue, out, array.buffer, is_blocking=True)
+            self.trace.submit()
         return out
 
     @cl_op
@@ -150,6 +152,7 @@ class OpenCLMemory:
         out = self._alloc(shape, dtype)
         rt = self.runtime
         rt.cl.enqueue_fill_buffer(rt.queue, out.buffer, np.uint8(0), 0, out._block.size)
+        self.trace.submit()
         return out
 
     def reshape(self, array: Any, shape: tuple[int, ...]) -> CLArray:

@@ -31,6 +31,7 @@ KERNEL_FILES = (
     "attention.cl",
     "ternary.cl",
     "dense.cl",
+    "fused.cl",
 )
 PREAMBLE = "common.clh"
 

@@ -20,9 +20,11 @@ import numpy as np
 
 from bitnet_core.errors import (
     DeviceUnavailableError,
+    ShapeError,
     UnsupportedOperationError,
 )
 from bitnet_core.hal.provider import Availability, RopeStyle
+from bitnet_core.hal.switches import env_enabled
 from bitnet_core.sdk.arrays import row_split
 from bitnet_core.sdk.attention import AttentionShape
 from bitnet_core.sdk.provider import DeviceProvider
@@ -39,6 +41,7 @@ ATTN_SPAN = 256
 ATTN_SPLIT_BELOW_GROUPS = 512
 #: Token counts up to this use the GEMV kernel; larger ones the tiled GEMM.
 GEMV_MAX_TOKENS = 8
+ENV_FUSED = "BITNET_OPENCL_FUSED"
 _WG = 64  # default work-group size of the reducing kernels
 
 
@@ -56,6 +59,9 @@ class OpenCLProvider(
     fakeable=True,
 ):
     """OpenCL kernels through PyOpenCL on any OpenCL 1.2+ device."""
+
+    #: KV cache dtypes of kv_store/attention (float16: ``--kv-type f16``)
+    kv_dtypes = ("float32", "float16")
 
     def __init__(self, device: str | None = None) -> None:
         """``device``: ``"P:D"`` overriding ``BITNET_OPENCL_DEVICE`` (tests, benchmarks)."""
@@ -106,11 +112,20 @@ class OpenCLProvider(
         """Wait for every queued command (benchmarks)."""
         self.runtime.finish()
 
+    def make_backend(self, weights: Any, **opts: Any) -> Any:
+        """The fused backend with replayed decode steps (``backend.py``); None with
+        ``BITNET_OPENCL_FUSED=0``."""
+        from .backend import OpenCLBackend
+
+        return OpenCLBackend(self, weights, **opts) if env_enabled(ENV_FUSED) else None
+
     # --- helpers --------------------------------------------------------------
     def _run(self, name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
         rt = self.runtime
         with rt.launch_lock:  # a kernel object's arguments are shared state
             rt.kernel(name)(rt.queue, gsize, lsize, *args)
+        self.trace.kernel(name)
+        self.trace.submit()
 
     def _rows(self, name: str, n: int, groups1: int, units: int, item: int, *args) -> None:
         """Launch a row-parallel kernel (``lanes`` items a row) over ``n`` rows."""
@@ -250,21 +265,41 @@ class OpenCLProvider(
 
     @cl_op
     def kv_store(self, cache: Any, x: Any, start: int) -> None:
+        """Rows ``start..`` of ``cache`` = ``x``; float32 rows into a float16 cache are
+        rounded to nearest even on the device."""
         if not isinstance(cache, CLArray):
             raise UnsupportedOperationError("opencl kv_store: the cache must come from empty()")
-        x = self._dev(x, "kv_store", cache.dtype)
+        same = isinstance(x, CLArray) and x.dtype == cache.dtype
+        x = self._dev(x, "kv_store", cache.dtype if same else np.float32)
         t = x.shape[0] if x.ndim else 0
-        self._last_quant = None  # the only op that writes into an existing array
-        if x.size:
-            row = x.nbytes // t
-            rt = self.runtime
-            rt.cl.enqueue_copy(
-                rt.queue, cache.buffer, x.buffer, byte_count=x.nbytes, dst_offset=start * row
+        if start < 0 or start + t > (cache.shape[0] if cache.ndim else 0):
+            raise ShapeError(
+                f"opencl kv_store: rows {start}..{start + t} outside the cache's {cache.shape}"
             )
+        self._last_quant = None  # the only op that writes into an existing array
+        if not x.size:
+            return
+        if x.dtype != cache.dtype:  # float32 into float16
+            if cache.dtype != np.float16:
+                raise UnsupportedOperationError(f"opencl kv_store: a {cache.dtype} cache")
+            row = x.size // t
+            self._run("store_f16", (x.size,), None, x.buffer, cache.buffer, _i32(start * row))
+            return
+        row = x.nbytes // t
+        rt = self.runtime
+        rt.cl.enqueue_copy(
+            rt.queue, cache.buffer, x.buffer, byte_count=x.nbytes, dst_offset=start * row
+        )
+        self.trace.submit()
 
     @cl_op
     def attention(self, q: Any, k_cache: Any, v_cache: Any, start: int) -> CLArray:
-        q, kc, vc = (self._dev(a, "attention") for a in (q, k_cache, v_cache))
+        q = self._dev(q, "attention")
+        kv_dtype = k_cache.dtype if isinstance(k_cache, CLArray) else np.float32
+        if kv_dtype not in (np.float32, np.float16):
+            raise UnsupportedOperationError(f"opencl attention: a {kv_dtype} cache")
+        kc, vc = (self._dev(a, "attention", kv_dtype) for a in (k_cache, v_cache))
+        f16 = "_f16" if kv_dtype == np.float16 else ""
         geo = AttentionShape.of(q, kc, start)
         out = self._alloc(q.shape)
         if not q.size:
@@ -278,7 +313,7 @@ class OpenCLProvider(
             po = self._alloc((t, hq, splits, d))
             pml = self._alloc((t, hq, splits, 2))
             self._run(
-                "attention_part", (lsz * hq, t, splits), (lsz, 1, 1), q.buffer, kc.buffer,
+                "attention_part" + f16, (lsz * hq, t, splits), (lsz, 1, 1), q.buffer, kc.buffer,
                 vc.buffer, po.buffer, pml.buffer, _i32(hq), _i32(hkv), _i32(d), _i32(start),
                 scale, _i32(ATTN_SPAN), self._local(d * 4), self._local(d * 4),
                 self._local(lsz * 4), self._local(lsz * 4),
@@ -291,7 +326,7 @@ class OpenCLProvider(
             return out
         lsz = self.runtime.reduce_group("attention", _WG, n_max)
         self._run(
-            "attention", (lsz * hq, t), (lsz, 1), q.buffer, kc.buffer, vc.buffer, out.buffer,
+            "attention" + f16, (lsz * hq, t), (lsz, 1), q.buffer, kc.buffer, vc.buffer, out.buffer,
             _i32(hq), _i32(hkv), _i32(d), _i32(start), scale, self._local(d * 4),
             self._local(d * 4), self._local(lsz * 4), self._local(lsz * 4),
         )  # fmt: skip

@@ -10,12 +10,6 @@ kernel void mul(global const float* a, global const float* b, global float* y, c
   y[i] = a[i] * b[i % nb];
 }
 
-inline float silu_f(float x) { return x / (1.0f + exp(-x)); }
-inline float relu2_f(float x) {
-  const float r = fmax(x, 0.0f);
-  return r * r;
-}
-
 kernel void silu(global const float* x, global float* y) {
   const size_t i = get_global_id(0);
   y[i] = silu_f(x[i]);
@@ -49,8 +43,9 @@ kernel void embedding_f16(global const half* table, global const int* ids, globa
   if (k < K) y[(size_t)t * K + k] = vload_half((size_t)ids[t] * K + k, table);
 }
 
-/* float32 -> float16 (round to nearest even), for caches kept in half. */
-kernel void to_f16(global const float* x, global half* y) {
+/* float32 -> float16 (round to nearest even) into y from element `offset` on
+ * (rows written into a float16 KV cache). */
+kernel void store_f16(global const float* x, global half* y, const int offset) {
   const size_t i = get_global_id(0);
-  vstore_half_rte(x[i], i, y);
+  vstore_half_rte(x[i], offset + i, y);
 }

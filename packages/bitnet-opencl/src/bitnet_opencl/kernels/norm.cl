@@ -7,26 +7,8 @@ kernel void rmsnorm(global const float* restrict x, global const float* restrict
   const int t = get_group_id(0);
   const int lid = get_local_id(0), lsz = get_local_size(0);
   global const float* xr = x + (size_t)t * K;
-  acc_t ss = 0;
-  for (int k = lid; k < K; k += lsz) {
-    const acc_t v = xr[k];
-    ss += v * v;
-  }
-  ss = wg_sum_acc(ss, scratch);
-  const acc_t inv = (acc_t)1 / sqrt(ss / (acc_t)K + (acc_t)eps);
-  for (int k = lid; k < K; k += lsz) y[(size_t)t * K + k] = (float)((acc_t)xr[k] * inv * (acc_t)w[k]);
-}
-
-/* 127 / a rounded to nearest float: through float64 where available (exact
- * by the double-rounding theorem), else a float quotient refined with fma. */
-inline float div127(float a) {
-#if USE_FP64
-  return (float)(127.0 / (double)a);
-#else
-  const float q = 127.0f / a;
-  const float r = fma(-q, a, 127.0f);
-  return fma(r, 1.0f / a, q);
-#endif
+  const acc_t inv = row_inv_rms(xr, K, eps, scratch);
+  for (int k = lid; k < K; k += lsz) y[(size_t)t * K + k] = norm_value(xr, w, k, inv);
 }
 
 /* Per-row absmax int8 quantization: s = 127 / max(max|x|, 1e-5), xq = sat(rint(x * s)). */

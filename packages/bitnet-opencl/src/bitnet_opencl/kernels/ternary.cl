@@ -7,36 +7,43 @@
 /* Decode GEMV: a work-group holds get_local_size(0) / lanes output rows, each
  * row read by `lanes` items (16 bytes a step, so a row's reads coalesce); the
  * lanes' partial sums meet in local memory. lanes = 1 (one item a row, the
- * CPU shape) skips the exchange. dim 1 is the token. */
-kernel void gemv_i2s(global const uint4* restrict W, const int wstride4,
-                     global const char* restrict xq, global const float* restrict xs,
-                     global const float* restrict scales, global float* restrict y,
-                     const int N, const int K, const int lanes, local int* partial) {
-  const int lid = get_local_id(0);
-  const int lane = lid % lanes;
-  const int n = get_group_id(0) * (get_local_size(0) / lanes) + lid / lanes;
-  const int t = get_group_id(1);
-  global const char* xr = xq + (size_t)t * K;
-  const int blocks = (K + 63) / 64;
-  const int al = (K & 15) == 0;
-  int acc = 0;
-  if (n < N) {
-    global const uint4* wr = W + (size_t)n * wstride4;
-    for (int b = lane; b < blocks; b += lanes) {
-      const uint4 w = wr[b];
-      global const char* xb = xr + b * 64;
-      acc += dot16_i2(load_x16(xb, al), w.s0) + dot16_i2(load_x16(xb + 16, al), w.s1) +
-             dot16_i2(load_x16(xb + 32, al), w.s2) + dot16_i2(load_x16(xb + 48, al), w.s3);
-    }
+ * CPU shape) skips the exchange. dim 1 is the token. gemv_i2s_add adds the
+ * product to y (a residual add in the epilogue). */
+#define DEFINE_GEMV_I2S(NAME, STORE)                                                     \
+  kernel void NAME(global const uint4* restrict W, const int wstride4,                   \
+                   global const char* restrict xq, global const float* restrict xs,      \
+                   global const float* restrict scales, global float* restrict y,        \
+                   const int N, const int K, const int lanes, local int* partial) {      \
+    const int lid = get_local_id(0);                                                     \
+    const int lane = lid % lanes;                                                        \
+    const int n = get_group_id(0) * (get_local_size(0) / lanes) + lid / lanes;           \
+    const int t = get_group_id(1);                                                       \
+    global const char* xr = xq + (size_t)t * K;                                          \
+    const int blocks = (K + 63) / 64;                                                    \
+    const int al = (K & 15) == 0;                                                        \
+    int acc = 0;                                                                         \
+    if (n < N) {                                                                         \
+      global const uint4* wr = W + (size_t)n * wstride4;                                 \
+      for (int b = lane; b < blocks; b += lanes) {                                       \
+        const uint4 w = wr[b];                                                           \
+        global const char* xb = xr + b * 64;                                             \
+        acc += dot16_i2(load_x16(xb, al), w.s0) + dot16_i2(load_x16(xb + 16, al), w.s1) + \
+               dot16_i2(load_x16(xb + 32, al), w.s2) + dot16_i2(load_x16(xb + 48, al), w.s3); \
+      }                                                                                  \
+    }                                                                                    \
+    if (lanes > 1) {                                                                     \
+      partial[lid] = acc;                                                                \
+      barrier(CLK_LOCAL_MEM_FENCE);                                                      \
+      if (lane != 0) return;                                                             \
+      for (int i = 1; i < lanes; ++i) acc += partial[lid + i];                           \
+    }                                                                                    \
+    if (n < N) STORE(y[(size_t)t * N + n], i2s_epilogue(acc, scales[n], xs[t]));        \
   }
-  if (lanes > 1) {
-    partial[lid] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lane != 0) return;
-    for (int i = 1; i < lanes; ++i) acc += partial[lid + i];
-  }
-  if (n < N) y[(size_t)t * N + n] = i2s_epilogue(acc, scales[n], xs[t]);
-}
+
+#define STORE_SET(dst, v) (dst) = (v)
+#define STORE_ADD(dst, v) (dst) = (dst) + (v)
+DEFINE_GEMV_I2S(gemv_i2s, STORE_SET)
+DEFINE_GEMV_I2S(gemv_i2s_add, STORE_ADD)
 
 /* Prefill GEMM: a work-group of (8, 8) items computes a tile of 32 rows x 32
  * tokens, each item 4 rows x 4 tokens, stepping K by 64 codes through local

@@ -1,0 +1,330 @@
+"""The OpenCL backend: a decode step in ten fused kernels a layer, recorded once and replayed.
+
+The generic engine (``bitnet_core.model.GenericBackend``) drives a decode step
+op by op from Python: ~25 provider calls a layer, each allocating and setting
+kernel arguments. ``OpenCLBackend`` keeps the generic engine's weights upload,
+KV cache, locking, prefill and batched steps, and replaces the forward pass of
+one token with the fused kernels of ``kernels/fused.cl``::
+
+    rmsnorm_quant(x)             -> q|k|v in one ternary GEMV (weights fused at load)
+    rope_store                   -> q rotated; k rotated and v written into the cache
+    attn_split + attn_merge_norm_quant   (flash-decoding, attn_sub_norm, int8)
+    gemv_i2s_add                 -> x += o(...)            (the residual in the epilogue)
+    rmsnorm_quant(x)             -> gate|up in one ternary GEMV
+    act_norm_quant               -> act(gate) * up, ffn_sub_norm, int8
+    gemv_i2s_add                 -> x += down(...)
+
+The token id and the position are read from a device buffer (``meta``), so
+the step's launches are the same at every position: they are built once per
+KV cache layout (a sequence's arrays change when its cache grows) with every
+kernel argument set, and replayed (``replay.StepRecording``): one
+``clEnqueueCommandBufferKHR`` where the device offers ``cl_khr_command_buffer``,
+else one ctypes loop of ``clEnqueueNDRangeKernel`` (a ``trace.fallback``). A
+step is then three submissions: the token write, the replay, the logits read.
+
+``BITNET_OPENCL_FUSED=0`` keeps the generic engine; ``BITNET_OPENCL_COMMAND_BUFFER=0``
+forces the ctypes loop. ``quantize_activations=False`` takes the generic path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bitnet_core.errors import ProviderError
+from bitnet_core.model.backend import GenericBackend
+from bitnet_core.model.kv_cache import Sequence
+
+from .buffers import CLArray
+from .memory import cl_op
+from .replay import (
+    COMMAND_BUFFER_EXT,
+    ENV_COMMAND_BUFFER,
+    CommandBufferApi,
+    Launch,
+    StepRecording,
+    command_buffers_wanted,
+)
+from .weights import OpenCLWeight
+
+WG = 64  # work-group size of the reducing kernels (the provider's)
+KEYS_PER_SPLIT = 128  # cache capacity per split of the decode attention
+MAX_SPLITS = 64
+MAX_RECORDINGS = 4  # recorded steps kept (least recently used dropped)
+
+_i32, _f32 = np.int32, np.float32
+
+
+def split_count(capacity: int) -> int:
+    """Key splits of the decode attention over a cache of ``capacity`` tokens."""
+    return max(1, min(MAX_SPLITS, capacity // KEYS_PER_SPLIT))
+
+
+def fuse_weights(rt: Any, parts: list[OpenCLWeight]) -> OpenCLWeight:
+    """One weight of ``parts`` stacked by rows (q|k|v, gate|up): a device-side copy."""
+    cl, q = rt.cl, rt.queue
+    rows = sum(p.rows for p in parts)
+    row_bytes = parts[0].blocks_per_row * 16
+    packed = cl.Buffer(rt.context, cl.mem_flags.READ_ONLY, max(16, rows * row_bytes))
+    scales = cl.Buffer(rt.context, cl.mem_flags.READ_ONLY, max(4, rows * 4))
+    r = 0
+    for p in parts:
+        if p.rows:
+            cl.enqueue_copy(
+                q, packed, p.packed, byte_count=p.rows * row_bytes, dst_offset=r * row_bytes
+            )
+            cl.enqueue_copy(q, scales, p.scales, byte_count=p.rows * 4, dst_offset=r * 4)
+        r += p.rows
+    return OpenCLWeight("|".join(p.name for p in parts), rows, parts[0].cols, packed, scales)
+
+
+@dataclass(eq=False)
+class FusedLayer:
+    attn_norm: CLArray
+    attn_sub_norm: CLArray
+    ffn_norm: CLArray
+    ffn_sub_norm: CLArray
+    qkv: OpenCLWeight
+    o: OpenCLWeight
+    gate_up: OpenCLWeight
+    down: OpenCLWeight
+
+
+class StepBuffers:
+    """Every array a decode step writes (fixed, so the recorded arguments stay valid)."""
+
+    def __init__(self, alloc: Any, cfg: Any) -> None:
+        hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        hidden, f = cfg.hidden_size, cfg.intermediate_size
+        self.meta = alloc((2,), np.int32)  # token id, position
+        self.x = alloc((1, hidden))
+        self.xq, self.xs = alloc((1, hidden), np.int8), alloc((1,))
+        self.qkv = alloc((1, (hq + 2 * hkv) * d))
+        self.q = alloc((1, hq * d))
+        self.att = alloc((1, hq * d))
+        self.aq, self.as_ = alloc((1, hq * d), np.int8), alloc((1,))
+        self.gu = alloc((1, 2 * f))
+        self.f = alloc((1, f))
+        self.fq, self.fs = alloc((1, f), np.int8), alloc((1,))
+        self.po = alloc((hq * MAX_SPLITS * d,))
+        self.pml = alloc((hq * MAX_SPLITS * 2,))
+        self.head_x = alloc((1, hidden))
+        self.logits = alloc((1, cfg.vocab_size))
+
+
+class OpenCLBackend(GenericBackend):
+    """``GenericBackend`` with a fused, recorded and replayed decode step."""
+
+    def __init__(self, provider: Any, weights: Any, **opts: Any) -> None:
+        super().__init__(provider, weights, **opts)
+        self.fused = self.quantize_activations
+        self._recordings: OrderedDict[tuple, StepRecording] = OrderedDict()
+        self._spare_kernels: dict[str, list[Any]] = {}  # of released recordings
+        self._by_sequence: dict[int, tuple] = {}  # a sequence's latest recording
+        if not self.fused:
+            return
+        rt = self.rt = provider.runtime
+        self._api = self._command_buffer_api()
+        self.layers = [
+            FusedLayer(
+                lw.attn_norm,
+                lw.attn_sub_norm,
+                lw.ffn_norm,
+                lw.ffn_sub_norm,
+                fuse_weights(rt, [lw.q, lw.k, lw.v]),
+                lw.o,
+                fuse_weights(rt, [lw.gate, lw.up]),
+                lw.down,
+            )
+            for lw in self.weights.layers
+        ]
+        self.bufs = StepBuffers(provider._alloc, self.config)
+        self._meta_host = np.zeros(2, dtype=np.int32)
+        self._logits_host = np.empty((1, self.config.vocab_size), dtype=np.float32)
+
+    def _command_buffer_api(self) -> CommandBufferApi | None:
+        """The command-buffer entry points, or None (recorded as a trace fallback)."""
+        info = self.rt.info
+        if not command_buffers_wanted(info.extensions):
+            why = (
+                f"{ENV_COMMAND_BUFFER}=0"
+                if COMMAND_BUFFER_EXT in info.extensions
+                else f"{info.name} has no {COMMAND_BUFFER_EXT}"
+            )
+            self._provider.trace.fallback(
+                f"opencl: decode steps replayed from a loop of clEnqueueNDRangeKernel, "
+                f"not a command buffer ({why})"
+            )
+            return None
+        try:
+            return CommandBufferApi(self.rt.device.platform)
+        except ProviderError as exc:
+            self._provider.trace.fallback(f"opencl: no command buffers ({exc})")
+            return None
+
+    # --- the forward pass ----------------------------------------------------------------
+    def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+        """Several sequences: the generic batched step (one sequence: the fused one)."""
+        return super()._forward_batch(batch)
+
+    def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
+        if not self.fused or ids.size != 1:
+            return super()._forward(ids, cache, all_logits)
+        start = cache.length
+        cache.reserve(start + 1)
+        logits = self._decode(int(ids[0]), start, cache)
+        cache.advance(1)
+        return logits if all_logits else logits[0]
+
+    @cl_op
+    def _decode(self, token: int, start: int, cache: Sequence) -> np.ndarray:
+        rec = self._recording(cache)
+        rt, b, trace = self.rt, self.bufs, self._provider.trace
+        self._meta_host[0], self._meta_host[1] = token, start
+        rt.cl.enqueue_copy(rt.queue, b.meta.buffer, self._meta_host, is_blocking=False)
+        rec.run()
+        rt.cl.enqueue_copy(rt.queue, self._logits_host, b.logits.buffer, is_blocking=True)
+        trace.submit(2 + rec.submissions)
+        return self._logits_host.copy()
+
+    def _recording(self, cache: Sequence) -> StepRecording:
+        """The replayable step for this cache's arrays (built on first use).
+
+        A sequence's per-layer lists of K and V arrays are replaced when its cache
+        grows, so the lists (kept alive by the recording) identify the layout."""
+        key = (id(cache.k), id(cache.v))
+        rec = self._recordings.get(key)
+        if rec is not None:
+            self._recordings.move_to_end(key)
+            return rec
+        # the sequence's cache grew: its layout before will not be replayed again
+        self._release(self._by_sequence.pop(cache.id, ()))
+        self._by_sequence = {
+            seq: k for seq, k in self._by_sequence.items() if k in self._recordings
+        }
+        self._by_sequence[cache.id] = key
+        capacity = int(cache.k[0].shape[0])
+        cs, _ = self._provider._rope_table(
+            np.arange(capacity), self.config.rope_theta, max(self.config.rot_dim, 2)
+        )
+        specs, keep = self._build_step(cache, cs)
+        try:
+            rec = StepRecording(self.rt.queue, self._launches(specs), self._api, keep)
+        except ProviderError as exc:  # the platform refused to record: replay from the loop
+            self._provider.trace.fallback(f"opencl: recording a command buffer failed ({exc})")
+            self._api = None
+            rec = StepRecording(self.rt.queue, self._launches(specs), None, keep)
+        for ln in rec.launches:
+            self._provider.trace.kernel(ln.name)
+        self._recordings[key] = rec
+        if len(self._recordings) > MAX_RECORDINGS:
+            self._release(next(iter(self._recordings)))
+        return rec
+
+    def _launches(self, specs: list[tuple]) -> list[Launch]:
+        """``Launch``es of ``(name, args, gsize, lsize)``, each with a kernel object of its
+        own, taken from recordings released before (creating one costs about a
+        millisecond on PoCL)."""
+        rt, spare = self.rt, self._spare_kernels
+        out = []
+        for name, *rest in specs:
+            free = spare.get(name)
+            kernel = free.pop() if free else rt.cl.Kernel(rt.program, name)
+            out.append(Launch.make(kernel, name, *rest))
+        return out
+
+    def _release(self, key: tuple) -> None:
+        """Drop a recording; its kernel objects serve the next one."""
+        rec = self._recordings.pop(key, None)
+        if rec is None:
+            return
+        rec.close()
+        for ln in rec.launches:
+            self._spare_kernels.setdefault(ln.name, []).append(ln.kernel)
+
+    # --- the launches of one decode step ---------------------------------------------------
+    def _build_step(self, cache: Sequence, cs: CLArray) -> tuple[list[tuple], list[Any]]:
+        cfg, b, rt, p = self.config, self.bufs, self.rt, self._provider
+        hidden, eps = cfg.hidden_size, _f32(cfg.rms_norm_eps)
+        hq, hkv, d, f = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+        acc = 8 if rt.features.fp64 else 4
+        capacity = int(cache.k[0].shape[0])
+        splits = split_count(capacity)
+        span = -(-capacity // splits)
+        launches: list[tuple] = []  # (name, args, gsize, lsize)
+        keep: list[Any] = [cache.k, cache.v, cs]
+
+        def launch(name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
+            args = tuple(a.buffer if isinstance(a, CLArray) else a for a in args)
+            launches.append((name, args, gsize, lsize))
+
+        def norm_group(name: str, k: int) -> int:
+            return rt.reduce_group(name, WG, k)
+
+        def norm_quant(x: CLArray, w: CLArray, xq: CLArray, xs: CLArray) -> None:
+            k = x.shape[-1]
+            lsz = norm_group("rmsnorm_quant", k)
+            launch("rmsnorm_quant", (lsz,), (lsz,), x, w, xq, xs, _i32(k), eps, p._local(lsz * acc))
+
+        def gemv(w: OpenCLWeight, xq: CLArray, xs: CLArray, y: CLArray, add: bool) -> None:
+            name = "gemv_i2s_add" if add else "gemv_i2s"
+            lanes, wg = rt.row_plan(name, w.blocks_per_row)
+            grid = (-(-w.rows // (wg // lanes)) * wg, 1)
+            launch(
+                name, grid, (wg, 1), w.packed, _i32(w.blocks_per_row), xq, xs, w.scales, y,
+                _i32(w.rows), _i32(w.cols), _i32(lanes), p._local(wg * 4),
+            )  # fmt: skip
+
+        emb = self.weights.embedding
+        emb_name = "embedding_f16" if emb.dtype == np.float16 else "embedding_f32"
+        launch(emb_name, (hidden, 1), None, emb, b.meta, b.x, _i32(hidden))
+        neox = _i32(1 if cfg.rope_style == "neox" else 0)
+        attn_lsz = norm_group("attn_split", span)
+        merge_lsz = norm_group("attn_merge_norm_quant", hq * d)
+        f16 = "_f16" if cache.k[0].dtype == np.float16 else ""
+        for i, lw in enumerate(self.layers):
+            kc, vc = cache.layer(i)
+            norm_quant(b.x, lw.attn_norm, b.xq, b.xs)
+            gemv(lw.qkv, b.xq, b.xs, b.qkv, add=False)
+            launch(
+                "rope_store" + f16, (d, hq + 2 * hkv), None, b.qkv, cs, b.meta, _i32(1), b.q, kc, vc,
+                _i32(hq), _i32(hkv), _i32(d), _i32(cfg.rot_dim), neox,
+            )  # fmt: skip
+            launch(
+                "attn_split" + f16, (attn_lsz * hq, splits), (attn_lsz, 1), b.q, kc, vc, b.meta,
+                _i32(1), b.po, b.pml, _i32(hq), _i32(hkv), _i32(d), _f32(1.0 / math.sqrt(d)),
+                _i32(span), p._local(d * 4), p._local(d * 4), p._local(attn_lsz * 4),
+                p._local(attn_lsz * 4),
+            )  # fmt: skip
+            launch(
+                "attn_merge_norm_quant", (merge_lsz,), (merge_lsz,), b.po, b.pml, b.att,
+                lw.attn_sub_norm, b.aq, b.as_, _i32(hq), _i32(d), _i32(splits), eps,
+                p._local(merge_lsz * acc),
+            )  # fmt: skip
+            gemv(lw.o, b.aq, b.as_, b.x, add=True)
+            norm_quant(b.x, lw.ffn_norm, b.xq, b.xs)
+            gemv(lw.gate_up, b.xq, b.xs, b.gu, add=False)
+            lsz = norm_group("act_norm_quant", f)
+            launch(
+                "act_norm_quant", (lsz,), (lsz,), b.gu, b.f, lw.ffn_sub_norm, b.fq, b.fs, _i32(f),
+                _i32(0 if cfg.ffn_activation == "silu" else 1), eps, p._local(lsz * acc),
+            )  # fmt: skip
+            gemv(lw.down, b.fq, b.fs, b.x, add=True)
+        lsz = norm_group("rmsnorm", hidden)
+        launch(
+            "rmsnorm", (lsz,), (lsz,), b.x, self.weights.output_norm, b.head_x, _i32(hidden),
+            eps, p._local(lsz * acc),
+        )  # fmt: skip
+        head = self.weights.head
+        name = "dense_f16" if head.dtype == np.float16 else "dense_f32"
+        n, k = head.shape
+        lanes, wg = rt.row_plan(name, max(1, k // 4))
+        launch(
+            name, (-(-n // (wg // lanes)) * wg, 1), (wg, 1), b.head_x, head, b.logits,
+            _i32(n), _i32(k), _i32(1), _i32(lanes), p._local(wg * 4),
+        )  # fmt: skip
+        return launches, keep
