@@ -65,8 +65,13 @@ def test_greedy_tokens_and_logits_equal_the_reference(kv):
 
 
 def test_prefill_logits_of_every_position():
-    want = _reference().logits(PROMPT)
-    got = _fused().logits(PROMPT)
+    """70 tokens: one pass a token, in two submissions (64 tokens a submission)."""
+    prompt = np.random.default_rng(3).integers(0, CFG.vocab_size, 70)
+    want = _reference().logits(prompt)
+    backend = _fused()
+    subs = backend.provider.trace.submissions
+    got = backend.logits(prompt)
+    assert backend.provider.trace.submissions - subs == 2
     np.testing.assert_allclose(got, want, rtol=0, atol=LOGIT_ATOL)
 
 

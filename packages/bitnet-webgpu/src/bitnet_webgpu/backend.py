@@ -23,7 +23,7 @@ once into the plan's own buffer. The token id, position and length live in a
 16-byte input buffer the shaders read, so a decode step is one
 ``queue.write_buffer``, one compute pass, one copy of the logits into a
 mappable buffer and one ``queue.submit``; nothing is allocated. A prompt runs
-as one such pass per token, all in one submission (each pass's inputs copied
+as one such pass per token, 64 tokens a submission (each pass's inputs copied
 from a buffer written once). ``BITNET_WEBGPU_FUSED=0`` keeps the generic
 engine; ``quantize_activations=False`` always does.
 """
@@ -50,6 +50,9 @@ MAX_SPLITS = 64
 MAX_PLANS = 8  # step plans kept (least recently used dropped)
 UNIFORM_SLOT = 256  # bytes a distinct parameter block takes in a plan's uniform buffer
 INPUT_BYTES = 16  # token id, position, length, pad (u32)
+#: tokens of a prompt encoded into one submission (a bounded command buffer: a driver
+#: may reset a device whose single submission runs for seconds)
+PREFILL_SUBMIT_TOKENS = 64
 ENV_NATIVE = "BITNET_WEBGPU_NATIVE_ENCODE"  # 0: encode through wgpu-py's API, not its C functions
 
 
@@ -304,7 +307,8 @@ class WebGPUBackend(GenericBackend):
         return self._read(b.readback, b.logits_bytes)
 
     def _prefill(self, plan: StepPlan, ids: np.ndarray, start: int, all_logits: bool) -> np.ndarray:
-        """One pass a token, all in one submission; logits of every token or the last."""
+        """One pass a token, a submission per ``PREFILL_SUBMIT_TOKENS``; every token's logits
+        or the last's."""
         dev, b = self.dev, self.bufs
         dev.flush()
         t = int(ids.size)
@@ -322,16 +326,17 @@ class WebGPUBackend(GenericBackend):
             readback = dev.device.create_buffer(
                 size=rows * b.logits_bytes, usage=BU.MAP_READ | BU.COPY_DST
             )
-        encoder = dev.device.create_command_encoder()
-        for i in range(t):
-            encoder.copy_buffer_to_buffer(staged, i * INPUT_BYTES, b.inp, 0, INPUT_BYTES)
-            self._encode(encoder, plan)
-            row = i - (t - rows)
-            if row >= 0:
-                off = row * b.logits_bytes
-                encoder.copy_buffer_to_buffer(b.logits, 0, readback, off, b.logits_bytes)
-        queue.submit([encoder.finish()])
-        self._provider.trace.submit()
+        for first in range(0, t, PREFILL_SUBMIT_TOKENS):
+            encoder = dev.device.create_command_encoder()
+            for i in range(first, min(t, first + PREFILL_SUBMIT_TOKENS)):
+                encoder.copy_buffer_to_buffer(staged, i * INPUT_BYTES, b.inp, 0, INPUT_BYTES)
+                self._encode(encoder, plan)
+                row = i - (t - rows)
+                if row >= 0:
+                    off = row * b.logits_bytes
+                    encoder.copy_buffer_to_buffer(b.logits, 0, readback, off, b.logits_bytes)
+            queue.submit([encoder.finish()])
+            self._provider.trace.submit()
         return self._read(readback, rows * b.logits_bytes).reshape(rows, -1)
 
     def _encode(self, encoder: Any, plan: StepPlan) -> None:
