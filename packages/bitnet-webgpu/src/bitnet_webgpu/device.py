@@ -31,6 +31,7 @@ from bitnet_core.errors import DeviceUnavailableError, ProviderError
 from bitnet_core.hal.switches import env_enabled
 from bitnet_core.sdk.pool import FreeLists
 from bitnet_core.sdk.runtime import device_choice, device_variable, import_runtime
+from bitnet_core.sdk.trace import LaunchTrace
 
 from .shaders import preprocess, shader_source
 
@@ -141,6 +142,10 @@ class BufferPool(FreeLists):
         return PooledBuffer(self._create(nbytes) if raw is None else raw, nbytes, self)
 
     def release(self, raw: Any, nbytes: int) -> None:
+        if getattr(raw, "_internal", None) is None:
+            # wgpu-py released it already: it and its PooledBuffer were garbage in one
+            # cycle (a backend and its KV cache), finalized in any order
+            return
         for dropped in self.give(nbytes, raw, nbytes):
             self._forget(dropped)  # its bind groups go; the buffer is released with them
 
@@ -152,8 +157,9 @@ def _raw(buf: Any) -> Any:
 class Device:
     """One wgpu device with its pipelines, parameter ring and pending command encoder."""
 
-    def __init__(self, choice: AdapterChoice) -> None:
+    def __init__(self, choice: AdapterChoice, trace: LaunchTrace | None = None) -> None:
         self.wgpu = import_wgpu()
+        self.trace = trace if trace is not None else LaunchTrace()
         adapter = choice.adapter
         self.description = choice.description
         self.is_cpu = choice.is_cpu
@@ -288,6 +294,7 @@ class Device:
         self._pass.set_pipeline(pipe)
         self._pass.set_bind_group(0, bind)
         self._pass.dispatch_workgroups(*groups)
+        self.trace.kernel(name)
 
     def _bind_group(self, pipe: Any, key: tuple, off: int, size: int, buffers: list[Any]) -> Any:
         raws = tuple(_raw(b) for b in buffers)
@@ -350,3 +357,4 @@ class Device:
             self._used_slots = 0
             self._staged = 0
         self.submissions += 1
+        self.trace.submit()

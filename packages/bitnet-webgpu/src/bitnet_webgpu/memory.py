@@ -24,7 +24,8 @@ class GpuArray:
     """A device array: a storage buffer plus its logical shape and kind.
 
     kinds: ``f32``, ``i32``, ``f16`` (a 2-D table stored as u32 pairs, rows padded
-    to an even length), ``q8`` (int8 packed four to a u32, rows padded to 16
+    to an even length, ``row_words`` u32 a row; with ``row_words`` 0, halves back to
+    back: a float16 KV cache), ``q8`` (int8 packed four to a u32, rows padded to 16
     values, with ``xsum`` the per-row sums).
     """
 
@@ -56,6 +57,8 @@ class WebGPUMemory:
 
     def to_device(self, array: np.ndarray) -> GpuArray:
         a = np.asarray(array)
+        if a.dtype == np.float16 and a.ndim != 2:  # a float16 KV cache: halves back to back
+            return GpuArray(self.dev.upload(a.reshape(-1), "f16 array"), a.shape, "f16")
         if a.dtype == np.float16 and a.ndim == 2:
             rows, cols = a.shape
             even = cols + (cols % 2)
@@ -92,6 +95,9 @@ class WebGPUMemory:
             t, k = array.shape
             raw = self.dev.read(array.buffer, t * array.row_words * 4)
             return raw.view(np.int8).reshape(t, array.row_words * 4)[:, :k].copy()
+        if array.kind == "f16" and not array.row_words:
+            raw = self.dev.read(array.buffer, array.size * 2)
+            return raw.view(np.float16).reshape(array.shape).copy()
         if array.kind == "f16":
             rows, cols = array.shape
             raw = self.dev.read(array.buffer, rows * array.row_words * 4)
@@ -101,10 +107,14 @@ class WebGPUMemory:
         return raw.view(dtype).reshape(array.shape).copy()
 
     def empty(self, shape: tuple[int, ...], dtype: Any = np.float32) -> GpuArray:
+        n = math.prod(shape)
+        if np.dtype(dtype) == np.dtype(np.float16):  # KV caches: halves back to back
+            return GpuArray(self.dev.buffer(-(-n // 2) * 4, "f16 array"), tuple(shape), "f16")
         kind = "i32" if np.issubdtype(np.dtype(dtype), np.integer) else "f32"
         if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.int32)):
-            raise UnsupportedOperationError(f"webgpu: empty() supports float32/int32, not {dtype}")
-        n = math.prod(shape)
+            raise UnsupportedOperationError(
+                f"webgpu: empty() supports float32/float16/int32, not {dtype}"
+            )
         return GpuArray(self.dev.buffer(n * 4, "array"), tuple(shape), kind)
 
     def reshape(self, array: GpuArray, shape: tuple[int, ...]) -> GpuArray:

@@ -15,6 +15,7 @@ import numpy as np
 
 from bitnet_core.errors import UnsupportedOperationError
 from bitnet_core.hal.provider import Availability, RopeStyle
+from bitnet_core.hal.switches import env_enabled
 from bitnet_core.sdk.elementwise import ELEMENTWISE_OPS, ElementwiseOps
 from bitnet_core.sdk.provider import DeviceProvider
 from bitnet_core.sdk.runtime import never_raises
@@ -37,8 +38,8 @@ class WebGPUProvider(
 ):
     """Runs BitNet ops through wgpu (Vulkan, Metal or D3D12; lavapipe when asked)."""
 
-    #: the attention shader reads float32 caches only
-    kv_dtypes = ("float32",)
+    #: KV cache dtypes (float16: two halves per u32, read with unpack2x16float)
+    kv_dtypes = ("float32", "float16")
     #: storage buffers are committed when created: KV caches grow block by block
     commits_on_touch = False
 
@@ -65,8 +66,14 @@ class WebGPUProvider(
     @property
     def dev(self) -> Device:
         if self._dev is None:
-            self._dev = Device(choose_adapter(explicit=True))
+            self._dev = Device(choose_adapter(explicit=True), self.trace)
         return self._dev
+
+    def make_backend(self, weights: Any, **opts: Any) -> Any:
+        """The fused decode backend (``backend.py``); None with ``BITNET_WEBGPU_FUSED=0``."""
+        from .backend import WebGPUBackend
+
+        return WebGPUBackend(self, weights, **opts) if env_enabled("BITNET_WEBGPU_FUSED") else None
 
     # --- memory -------------------------------------------------------------------
     # --- helpers ------------------------------------------------------------------
@@ -187,11 +194,27 @@ class WebGPUProvider(
         return out
 
     def kv_store(self, cache: GpuArray, x: Any, start: int) -> None:
+        if cache.kind == "f16" and isinstance(x, GpuArray) and x.kind == "f16":
+            # a float16 cache copied into a larger one (the KV cache growing)
+            nbytes = -(-x.size // 2) * 4
+            if start or x.size > cache.size:
+                raise UnsupportedOperationError("webgpu: float16 arrays are copied whole, at 0")
+            self.dev.copy(x.buffer, 0, cache.buffer, 0, nbytes)
+            return
         x = self._f32(x)
         t = x.shape[0]
-        row = math.prod(cache.shape[1:]) * 4
-        if t:
-            self.dev.copy(x.buffer, 0, cache.buffer, start * row, t * row)
+        row = math.prod(cache.shape[1:])
+        if not t:
+            return
+        if cache.kind == "f16":
+            params = np.array([start * row, t * row, 0, 0], dtype=np.uint32)
+            words = (start * row + t * row - 1) // 2 - start * row // 2 + 1
+            groups = -(-words // 64)
+            gx = min(groups, self.dev.max_workgroups)
+            grid = (gx, -(-groups // gx), 1)
+            self.dev.dispatch("kv_store_f16", params, [x.buffer, cache.buffer], grid)
+        else:
+            self.dev.copy(x.buffer, 0, cache.buffer, start * row * 4, t * row * 4)
 
     def attention(self, q: Any, k_cache: GpuArray, v_cache: GpuArray, start: int) -> GpuArray:
         q = self._f32(q)
@@ -207,7 +230,8 @@ class WebGPUProvider(
             params[:6] = [t, hq, hkv, d, s_max, start]
             params[6] = np.float32(1.0 / math.sqrt(d)).view(np.uint32)
             bufs = [q.buffer, k_cache.buffer, v_cache.buffer, scratch, out.buffer]
-            self.dev.dispatch("attention", params, bufs, (t, hq, 1))
+            f16 = frozenset({"F16"}) if k_cache.kind == "f16" else frozenset()
+            self.dev.dispatch("attention", params, bufs, (t, hq, 1), f16)
         return out
 
     def _elementwise(self, op: str, a: Any, b: Any = None) -> GpuArray:

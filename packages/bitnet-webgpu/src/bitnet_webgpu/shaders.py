@@ -5,7 +5,9 @@ Importable without bitnet-core, so the build-time shader check can use it.
 WGSL has no preprocessor; our shaders use ``#ifdef NAME`` / ``#else`` /
 ``#endif`` lines for the choices that matter (``DOT4``: use ``dot4I8Packed``,
 else plain integer math; ``ROWS``: one invocation per output row, for
-CPU-like adapters, else one workgroup per row), resolved before compiling.
+CPU-like adapters, else one workgroup per row; ``ADD``: add into the output;
+``F16``: a float16 KV cache), resolved before compiling, and ``#include NAME``
+lines, replaced by ``shaders/NAME.wgsl`` (shared helpers without ``#ifdef``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ SHADER_NAMES = (
     "elementwise",
     "embedding",
     "matmul_dense",
+    "rmsnorm_quant",
+    "act_norm_quant",
+    "rope_store",
+    "attn_split",
+    "attn_combine_norm_quant",
+    "kv_store_f16",
 )
 
 
@@ -43,12 +51,14 @@ def shader_source(name: str) -> str:
 
 
 def preprocess(source: str, defines: frozenset[str] = frozenset()) -> str:
-    """Resolve ``#ifdef``/``#else``/``#endif`` lines (no nesting needed, none allowed)."""
+    """Resolve ``#include`` and ``#ifdef``/``#else``/``#endif`` lines (no nesting allowed)."""
     out: list[str] = []
     active: bool | None = None  # None: outside a conditional
     for line in source.splitlines():
         stripped = line.strip()
-        if stripped.startswith("#ifdef "):
+        if stripped.startswith("#include ") and (active is None or active):
+            out.append(shader_source(stripped.split()[1]))
+        elif stripped.startswith("#ifdef "):
             if active is not None:
                 raise ValueError("nested #ifdef in a WGSL shader")
             active = stripped.split()[1] in defines

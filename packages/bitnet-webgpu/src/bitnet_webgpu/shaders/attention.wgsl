@@ -1,11 +1,20 @@
 // Causal grouped-query attention over a KV cache [S, Hkv, D].
 // One workgroup per (query t, head h); query t sits at position start + t.
-// scores scratch: [T * Hq * S] f32.
+// scores scratch: [T * Hq * S] f32. F16: the caches hold two halves per u32.
 struct Params { t: u32, hq: u32, hkv: u32, d: u32, s_max: u32, start: u32, scale: f32, pad: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
+#ifdef F16
+@group(0) @binding(2) var<storage, read> kc: array<u32>;
+@group(0) @binding(3) var<storage, read> vc: array<u32>;
+fn kval(i: u32) -> f32 { let w = unpack2x16float(kc[i / 2u]); return select(w.x, w.y, (i & 1u) == 1u); }
+fn vval(i: u32) -> f32 { let w = unpack2x16float(vc[i / 2u]); return select(w.x, w.y, (i & 1u) == 1u); }
+#else
 @group(0) @binding(2) var<storage, read> kc: array<f32>;
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
+fn kval(i: u32) -> f32 { return kc[i]; }
+fn vval(i: u32) -> f32 { return vc[i]; }
+#endif
 @group(0) @binding(4) var<storage, read_write> sc: array<f32>;
 @group(0) @binding(5) var<storage, read_write> o: array<f32>;
 
@@ -24,7 +33,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     for (var s = tid; s < n; s += WG) {
         let kb = (s * p.hkv + kvh) * p.d;
         var acc = 0.0;
-        for (var i = 0u; i < p.d; i++) { acc += q[qb + i] * kc[kb + i]; }
+        for (var i = 0u; i < p.d; i++) { acc += q[qb + i] * kval(kb + i); }
         acc *= p.scale;
         sc[sb + s] = acc;
         m = max(m, acc);
@@ -54,7 +63,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     workgroupBarrier();
     for (var i = tid; i < p.d; i += WG) {
         var acc = 0.0;
-        for (var s = 0u; s < n; s++) { acc += sc[sb + s] * vc[(s * p.hkv + kvh) * p.d + i]; }
+        for (var s = 0u; s < n; s++) { acc += sc[sb + s] * vval((s * p.hkv + kvh) * p.d + i); }
         o[qb + i] = acc * inv;
     }
 }

@@ -3,6 +3,7 @@
 // sits at bits 8*i + 2*j, so (word >> 2j) & 0x03030303 lines up with the
 // activation word j (four int8). dot(x, code) - sum(x) = dot(x, code - 1).
 // One workgroup per output row n (x + z * gx) and tile of TT tokens; threads split the row.
+// ADD: y += the product (a residual add in the epilogue).
 struct Params { n: u32, kw16: u32, t: u32, xkw: u32, gx: u32, p0: u32, p1: u32, p2: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -30,6 +31,14 @@ fn dot4(a: u32, b: u32) -> i32 {
 #endif
 }
 
+fn store(i: u32, v: f32) {
+#ifdef ADD
+    y[i] += v;
+#else
+    y[i] = v;
+#endif
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
 #ifdef ROWS
@@ -46,7 +55,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
             acc += dot4(xq[xb + 2u], (word >> 4u) & 0x03030303u);
             acc += dot4(xq[xb + 3u], (word >> 6u) & 0x03030303u);
         }
-        y[t * p.n + n] = f32(acc - xsum[t]) * wscale[n] / xscale[t];
+        store(t * p.n + n, f32(acc - xsum[t]) * wscale[n] / xscale[t]);
     }
 #else
     let n = wg.x + wg.z * p.gx;
@@ -77,7 +86,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         let t = t0 + tid;
         if (t < p.t) {
             let dotv = red[tid * WG] - xsum[t];
-            y[t * p.n + n] = f32(dotv) * wscale[n] / xscale[t];
+            store(t * p.n + n, f32(dotv) * wscale[n] / xscale[t]);
         }
     }
 #endif

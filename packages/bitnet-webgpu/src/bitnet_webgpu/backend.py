@@ -1,0 +1,471 @@
+"""The WebGPU backend: a forward pass in ten dispatches a layer, encoded from a prebuilt list.
+
+The generic engine (``bitnet_core.model.GenericBackend``) calls ~25 provider
+ops a layer, each a Python call that sets up a dispatch. ``WebGPUBackend``
+keeps the generic engine's weights upload, KV cache and locking, and runs a
+token through the fused shaders instead::
+
+    embedding                    (token id read from the step's input buffer)
+    rmsnorm_quant(x)             -> q|k|v in one ternary matmul (weights fused at load)
+    rope_store                   -> q rotated; k rotated and v written into the cache
+    attn_split                   (flash-decoding: heads x splits workgroups)
+    attn_combine_norm_quant      -> merged heads, attn_sub_norm, int8
+    matmul_i2s ADD               -> x += o(...)            (the residual in the epilogue)
+    rmsnorm_quant(x)             -> gate|up in one ternary matmul
+    act_norm_quant               -> act(gate) * up, ffn_sub_norm, int8
+    matmul_i2s ADD               -> x += down(...)
+    rmsnorm, matmul_dense        (the head)
+
+WebGPU cannot replay a command buffer, so a step is encoded again each time,
+from a ``StepPlan``: the list of (pipeline, bind group, workgroups) built once
+per shape (the KV cache's buffers and capacity), with every uniform written
+once into the plan's own buffer. The token id, position and length live in a
+16-byte input buffer the shaders read, so a decode step is one
+``queue.write_buffer``, one compute pass, one copy of the logits into a
+mappable buffer and one ``queue.submit``; nothing is allocated. A prompt runs
+as one such pass per token, 64 tokens a submission (each pass's inputs copied
+from a buffer written once). ``BITNET_WEBGPU_FUSED=0`` keeps the generic
+engine; ``quantize_activations=False`` always does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bitnet_core.hal.switches import env_enabled
+from bitnet_core.model.backend import GenericBackend
+from bitnet_core.model.kv_cache import Sequence
+
+from .device import Device, _raw
+from .memory import GpuArray, GpuTernary
+from .provider import WebGPUProvider
+
+MAX_D = 256  # attn_split keeps 4 output values an invocation: head_dim <= 4 * 64
+MAX_SPLITS = 64
+MAX_PLANS = 8  # step plans kept (least recently used dropped)
+UNIFORM_SLOT = 256  # bytes a distinct parameter block takes in a plan's uniform buffer
+INPUT_BYTES = 16  # token id, position, length, pad (u32)
+#: tokens of a prompt encoded into one submission (a bounded command buffer: a driver
+#: may reset a device whose single submission runs for seconds)
+PREFILL_SUBMIT_TOKENS = 64
+ENV_NATIVE = "BITNET_WEBGPU_NATIVE_ENCODE"  # 0: encode through wgpu-py's API, not its C functions
+
+
+def split_count(capacity: int, keys_per_split: int = 128) -> int:
+    """Key splits of the decode attention over a cache of ``capacity`` (1 to 64)."""
+    return max(1, min(MAX_SPLITS, capacity // keys_per_split))
+
+
+def q8_words(k: int) -> int:
+    """u32 words of an int8 row of ``k`` values (padded to 16 values, as the matmul reads)."""
+    return max(1, -(-k // 16)) * 4
+
+
+@dataclass(eq=False)
+class FusedTernary:
+    """Ternary weights of several linears stacked by rows (q|k|v or gate|up)."""
+
+    words: Any
+    scales: Any
+    rows: int
+    kw16: int
+
+
+def fuse_ternary(dev: Device, parts: list[GpuTernary]) -> FusedTernary:
+    """One matrix of ``parts`` stacked by rows (copied on the device); the parts' buffers go."""
+    kw16 = parts[0].kw16
+    rows = sum(p.rows for p in parts)
+    words = dev._create_buffer(max(16, -(-rows * kw16 * 4 // 16) * 16))
+    scales = dev._create_buffer(max(16, -(-rows * 4 // 16) * 16))
+    row = 0
+    for p in parts:
+        dev.copy(p.words, 0, words, row * kw16 * 4, p.rows * kw16 * 4)
+        dev.copy(p.scales, 0, scales, row * 4, p.rows * 4)
+        row += p.rows
+    dev.flush()
+    for p in parts:  # only the fused copy is read from now on
+        p.words = p.scales = None
+    return FusedTernary(words, scales, rows, kw16)
+
+
+class StepBuffers:
+    """Every buffer a one-token step writes, made once per backend."""
+
+    def __init__(self, dev: Device, cfg: Any) -> None:
+        hidden, hq, hkv, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        f = cfg.intermediate_size
+
+        def buf(nbytes: int) -> Any:
+            return dev._create_buffer(max(16, -(-nbytes // 16) * 16))
+
+        self.inp = buf(INPUT_BYTES)
+        self.x, self.head_x = buf(hidden * 4), buf(hidden * 4)
+        self.xq, self.aq, self.fq = (buf(q8_words(k) * 4) for k in (hidden, hq * d, f))
+        self.xs, self.as_, self.fs = (buf(4) for _ in range(3))  # scales of the int8 rows
+        self.xsum, self.asum, self.fsum = (buf(4) for _ in range(3))  # their sums
+        self.qkv = buf((hq + 2 * hkv) * d * 4)
+        self.q = buf(hq * d * 4)
+        self.part_m, self.part_l = buf(hq * MAX_SPLITS * 4), buf(hq * MAX_SPLITS * 4)
+        self.part_acc = buf(hq * MAX_SPLITS * d * 4)
+        self.gu = buf(2 * f * 4)
+        self.logits_bytes = cfg.vocab_size * 4
+        self.logits = buf(self.logits_bytes)
+        BU = dev.wgpu.BufferUsage
+        self.readback = dev.device.create_buffer(
+            size=self.logits_bytes, usage=BU.MAP_READ | BU.COPY_DST
+        )
+
+
+@dataclass(eq=False)
+class StepPlan:
+    """The dispatches of one token's step for one KV cache layout, ready to encode."""
+
+    ops: list[tuple[Any, Any, tuple[int, int, int]]] = field(default_factory=list)
+    kernels: list[str] = field(default_factory=list)
+    uniforms: Any = None
+    #: ``ops`` as wgpu-native handles (``NativeEncoder``), made on first use
+    native: list[tuple[Any, Any, int, int, int]] | None = None
+
+
+class PlanBuilder:
+    """Collects a plan's dispatches: parameter blocks deduplicated into one uniform buffer."""
+
+    def __init__(self, dev: Device) -> None:
+        self.dev = dev
+        self.plan = StepPlan()
+        self._params: dict[bytes, int] = {}
+        self._pending: list[tuple[str, frozenset[str], bytes, list[Any], tuple[int, int, int]]] = []
+
+    def add(
+        self,
+        name: str,
+        params: np.ndarray,
+        buffers: list[Any],
+        groups: tuple[int, int, int],
+        defines: frozenset[str] = frozenset(),
+    ) -> None:
+        raw = np.ascontiguousarray(params).tobytes()
+        self._params.setdefault(raw, len(self._params))
+        self._pending.append((name, defines, raw, buffers, groups))
+
+    def build(self) -> StepPlan:
+        dev = self.dev
+        BU = dev.wgpu.BufferUsage
+        host = np.zeros(len(self._params) * UNIFORM_SLOT, dtype=np.uint8)
+        for raw, slot in self._params.items():
+            host[slot * UNIFORM_SLOT : slot * UNIFORM_SLOT + len(raw)] = np.frombuffer(
+                raw, np.uint8
+            )
+        uniforms = dev.device.create_buffer(size=host.size, usage=BU.UNIFORM | BU.COPY_DST)
+        dev.device.queue.write_buffer(uniforms, 0, host)
+        plan = self.plan
+        plan.uniforms = uniforms
+        for name, defines, raw, buffers, groups in self._pending:
+            pipe = dev.pipeline(name, defines)
+            off = self._params[raw] * UNIFORM_SLOT
+            entries = [
+                {"binding": 0, "resource": {"buffer": uniforms, "offset": off, "size": len(raw)}}
+            ]
+            entries += [
+                {"binding": i + 1, "resource": {"buffer": _raw(b)}} for i, b in enumerate(buffers)
+            ]
+            bind = dev.device.create_bind_group(
+                layout=pipe.get_bind_group_layout(0), entries=entries
+            )
+            plan.ops.append((pipe, bind, groups))
+            plan.kernels.append(name)
+        return plan
+
+
+class NativeEncoder:
+    """Encodes a plan's dispatches by calling wgpu-native's C functions through wgpu-py's cffi.
+
+    wgpu-py wraps every C call in Python error capture (a few microseconds a call;
+    three calls a dispatch, ~300 dispatches a step of a 30-layer model). Encoding
+    errors in WebGPU surface at ``encoder.finish()``, which still goes through
+    wgpu-py, so nothing is lost by calling the three encoding functions directly.
+    """
+
+    def __init__(self, lib: Any, ffi: Any) -> None:
+        self.set_pipeline = lib.wgpuComputePassEncoderSetPipeline
+        self.set_bind_group = lib.wgpuComputePassEncoderSetBindGroup
+        self.dispatch = lib.wgpuComputePassEncoderDispatchWorkgroups
+        self.null = ffi.NULL
+
+    @classmethod
+    def load(cls, trace: Any) -> NativeEncoder | None:
+        """The encoder, or None (a ``trace.fallback``) where this wgpu-py lacks what it needs."""
+        try:
+            from wgpu.backends.wgpu_native import _api
+
+            return cls(_api.lib, _api.ffi)
+        except Exception as exc:  # another wgpu-py layout: encode through its Python API
+            trace.fallback(f"webgpu: no direct wgpu-native calls ({exc}); encoding via wgpu-py")
+            return None
+
+    def encode(self, cpass: Any, plan: StepPlan) -> None:
+        if plan.native is None:
+            last, ops = None, []
+            for pipe, bind, (gx, gy, gz) in plan.ops:
+                ops.append((None if pipe is last else pipe._internal, bind._internal, gx, gy, gz))
+                last = pipe
+            plan.native = ops
+        handle, null = cpass._internal, self.null
+        set_pipeline, set_bind_group, dispatch = (
+            self.set_pipeline,
+            self.set_bind_group,
+            self.dispatch,
+        )
+        for pipe, bind, gx, gy, gz in plan.native:
+            if pipe is not None:
+                set_pipeline(handle, pipe)
+            set_bind_group(handle, 0, bind, 0, null)
+            dispatch(handle, gx, gy, gz)
+
+
+@dataclass(eq=False)
+class FusedLayer:
+    attn_norm: GpuArray
+    attn_sub_norm: GpuArray
+    ffn_norm: GpuArray
+    ffn_sub_norm: GpuArray
+    qkv: FusedTernary
+    o: GpuTernary
+    gate_up: FusedTernary
+    down: GpuTernary
+
+
+class WebGPUBackend(GenericBackend):
+    """``GenericBackend`` whose forward pass runs the fused shaders from prebuilt step plans."""
+
+    #: cache capacity per split of the decode attention (fewer: more, shorter splits)
+    keys_per_split = 128
+
+    def __init__(self, provider: WebGPUProvider, weights: Any, **opts: Any) -> None:
+        super().__init__(provider, weights, **opts)
+        cfg = self.config
+        self.fused = self.quantize_activations
+        if self.fused and (cfg.head_dim > MAX_D or cfg.head_dim % 2):
+            provider.trace.fallback(
+                f"webgpu: head_dim {cfg.head_dim} (fused shaders take an even head_dim <= "
+                f"{MAX_D}): the generic engine runs this model"
+            )
+            self.fused = False
+        self._plans: OrderedDict[tuple[Any, ...], StepPlan] = OrderedDict()
+        if not self.fused:
+            return
+        self.dev = dev = provider.dev
+        w = self.weights
+        self.layers = [
+            FusedLayer(
+                lw.attn_norm,
+                lw.attn_sub_norm,
+                lw.ffn_norm,
+                lw.ffn_sub_norm,
+                fuse_ternary(dev, [lw.q, lw.k, lw.v]),
+                lw.o,
+                fuse_ternary(dev, [lw.gate, lw.up]),
+                lw.down,
+            )
+            for lw in w.layers
+        ]
+        self.bufs = StepBuffers(dev, cfg)
+        self._input = np.zeros(INPUT_BYTES // 4, dtype=np.uint32)
+        self.native = NativeEncoder.load(provider.trace) if env_enabled(ENV_NATIVE) else None
+        self._map_mode: Any = "READ_NOSYNC"
+
+    # --- the forward pass -------------------------------------------------------------
+    def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
+        if not self.fused:
+            return super()._forward(ids, cache, all_logits)
+        t, start = int(ids.size), cache.length
+        cache.reserve(start + t)
+        plan = self._plan(cache)
+        if t == 1:
+            logits = self._decode(plan, int(ids[0]), start)[None]
+        else:
+            logits = self._prefill(plan, ids, start, all_logits)
+        cache.advance(t)
+        return logits if all_logits else logits[-1]
+
+    def _decode(self, plan: StepPlan, token: int, start: int) -> np.ndarray:
+        dev, b = self.dev, self.bufs
+        dev.flush()  # recorded provider work (a KV cache that grew) goes first
+        self._input[:3] = (token, start, start + 1)
+        queue = dev.device.queue
+        queue.write_buffer(b.inp, 0, self._input)
+        encoder = dev.device.create_command_encoder()
+        self._encode(encoder, plan)
+        encoder.copy_buffer_to_buffer(b.logits, 0, b.readback, 0, b.logits_bytes)
+        queue.submit([encoder.finish()])
+        self._provider.trace.submit()
+        return self._read(b.readback, b.logits_bytes)
+
+    def _prefill(self, plan: StepPlan, ids: np.ndarray, start: int, all_logits: bool) -> np.ndarray:
+        """One pass a token, a submission per ``PREFILL_SUBMIT_TOKENS``; every token's logits
+        or the last's."""
+        dev, b = self.dev, self.bufs
+        dev.flush()
+        t = int(ids.size)
+        inputs = np.zeros((t, INPUT_BYTES // 4), dtype=np.uint32)
+        inputs[:, 0] = ids
+        inputs[:, 1] = np.arange(start, start + t)
+        inputs[:, 2] = inputs[:, 1] + 1
+        BU = dev.wgpu.BufferUsage
+        staged = dev.device.create_buffer(size=inputs.nbytes, usage=BU.COPY_SRC | BU.COPY_DST)
+        queue = dev.device.queue
+        queue.write_buffer(staged, 0, inputs)
+        rows = t if all_logits else 1
+        readback = b.readback
+        if rows > 1:
+            readback = dev.device.create_buffer(
+                size=rows * b.logits_bytes, usage=BU.MAP_READ | BU.COPY_DST
+            )
+        for first in range(0, t, PREFILL_SUBMIT_TOKENS):
+            encoder = dev.device.create_command_encoder()
+            for i in range(first, min(t, first + PREFILL_SUBMIT_TOKENS)):
+                encoder.copy_buffer_to_buffer(staged, i * INPUT_BYTES, b.inp, 0, INPUT_BYTES)
+                self._encode(encoder, plan)
+                row = i - (t - rows)
+                if row >= 0:
+                    off = row * b.logits_bytes
+                    encoder.copy_buffer_to_buffer(b.logits, 0, readback, off, b.logits_bytes)
+            queue.submit([encoder.finish()])
+            self._provider.trace.submit()
+        return self._read(readback, rows * b.logits_bytes).reshape(rows, -1)
+
+    def _encode(self, encoder: Any, plan: StepPlan) -> None:
+        """One compute pass with the plan's dispatches."""
+        cpass = encoder.begin_compute_pass()
+        if self.native is not None:
+            self.native.encode(cpass, plan)
+        else:
+            last = None
+            for pipe, bind, groups in plan.ops:
+                if pipe is not last:
+                    cpass.set_pipeline(pipe)
+                    last = pipe
+                cpass.set_bind_group(0, bind)
+                cpass.dispatch_workgroups(*groups)
+        cpass.end()
+
+    def _read(self, readback: Any, nbytes: int) -> np.ndarray:
+        """The logits the step's submission copied into ``readback``.
+
+        wgpu-py's plain READ mapping submits an empty command buffer first (a
+        workaround for a mapping that no submission preceded); the step's own
+        submission precedes this one, so the mode that skips it is used where
+        this wgpu-py knows it.
+        """
+        try:
+            readback.map_sync(self._map_mode, 0, nbytes)
+        except (KeyError, ValueError, TypeError):  # a wgpu-py without READ_NOSYNC
+            self._map_mode = self.dev.wgpu.MapMode.READ
+            readback.map_sync(self._map_mode, 0, nbytes)
+        try:
+            return np.frombuffer(readback.read_mapped(0, nbytes, copy=False), np.float32).copy()
+        finally:
+            readback.unmap()
+
+    # --- step plans -------------------------------------------------------------------
+    def _plan(self, cache: Sequence) -> StepPlan:
+        """The step plan of this cache's buffers (built on first use, kept LRU)."""
+        key = tuple(id(_raw(a.buffer)) for a in (*cache.k, *cache.v))
+        key += (tuple(cache.k[0].shape), cache.k[0].kind)
+        plan = self._plans.get(key)
+        if plan is not None:
+            self._plans.move_to_end(key)
+            return plan
+        plan = self._build_plan(cache)
+        self._plans[key] = plan
+        if len(self._plans) > MAX_PLANS:
+            self._plans.popitem(last=False)
+        trace = self._provider.trace
+        for name in plan.kernels:
+            trace.kernel(name)
+        return plan
+
+    def _build_plan(self, cache: Sequence) -> StepPlan:
+        cfg, dev, b, p = self.config, self.dev, self.bufs, self._provider
+        u32 = np.uint32
+        hidden, hq, hkv, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        f, qdim = cfg.intermediate_size, hq * d
+        eps = np.float32(cfg.rms_norm_eps).view(u32)
+        f16 = cache.k[0].kind == "f16"
+        cache_defs = frozenset({"F16"}) if f16 else frozenset()
+        splits = split_count(int(cache.k[0].shape[0]), self.keys_per_split)
+        pb = PlanBuilder(dev)
+
+        emb = self.weights.embedding
+        emb_f16 = emb.kind == "f16"
+        emb_params = np.array([1, hidden, emb.row_words if emb_f16 else hidden, emb_f16], u32)
+        pb.add("embedding", emb_params, [emb.buffer, b.inp, b.x], (-(-hidden // 64), 1, 1))
+
+        def norm_quant(x: Any, g: GpuArray, k: int, out: tuple[Any, Any, Any]) -> None:
+            params = np.array([k, q8_words(k), eps, 0], u32)
+            pb.add("rmsnorm_quant", params, [x, g.buffer, *out], (1, 1, 1))
+
+        def matmul(w: Any, xin: tuple[Any, Any, Any], k: int, y: Any, add: bool) -> None:
+            groups, defines = p._matmul_groups(w.rows, 1)
+            if dev.dot4:
+                defines |= {"DOT4"}
+            if add:
+                defines |= {"ADD"}
+            params = np.array([w.rows, w.kw16, 1, q8_words(k), groups[0], 0, 0, 0], u32)
+            pb.add("matmul_i2s", params, [w.words, w.scales, *xin, y], groups, defines)
+
+        rope = np.zeros(8, u32)
+        rope[:5] = (hq, hkv, d, cfg.rot_dim, 0 if cfg.rope_style == "neox" else 1)
+        rope[5] = np.float32(math.log2(cfg.rope_theta)).view(u32)
+        split_params = np.zeros(8, u32)
+        split_params[:4] = (hq, hkv, d, splits)
+        split_params[4] = np.float32(1.0 / math.sqrt(d)).view(u32)
+        combine = np.array([hq, d, splits, q8_words(qdim), eps, 0, 0, 0], u32)
+        act = np.array([f, q8_words(f), 0 if cfg.ffn_activation == "silu" else 1, eps], u32)
+        x_in, a_in, f_in = (b.xq, b.xs, b.xsum), (b.aq, b.as_, b.asum), (b.fq, b.fs, b.fsum)
+        parts = [b.part_m, b.part_l, b.part_acc]
+        for i, lw in enumerate(self.layers):
+            kc, vc = cache.layer(i)
+            norm_quant(b.x, lw.attn_norm, hidden, x_in)
+            matmul(lw.qkv, x_in, hidden, b.qkv, add=False)
+            rope_groups = (-(-(hq + 2 * hkv) * d // 2 // 64), 1, 1)
+            pb.add(
+                "rope_store",
+                rope,
+                [b.qkv, b.inp, b.q, kc.buffer, vc.buffer],
+                rope_groups,
+                cache_defs,
+            )
+            pb.add(
+                "attn_split",
+                split_params,
+                [b.q, kc.buffer, vc.buffer, b.inp, *parts],
+                (hq, splits, 1),
+                cache_defs,
+            )
+            pb.add(
+                "attn_combine_norm_quant",
+                combine,
+                [*parts, lw.attn_sub_norm.buffer, *a_in],
+                (1, 1, 1),
+            )
+            matmul(lw.o, a_in, qdim, b.x, add=True)
+            norm_quant(b.x, lw.ffn_norm, hidden, x_in)
+            matmul(lw.gate_up, x_in, hidden, b.gu, add=False)
+            pb.add("act_norm_quant", act, [b.gu, lw.ffn_sub_norm.buffer, *f_in], (1, 1, 1))
+            matmul(lw.down, f_in, f, b.x, add=True)
+        norm = np.zeros(4, u32)
+        norm[:3] = (hidden, 1, eps)
+        pb.add("rmsnorm", norm, [b.x, self.weights.output_norm.buffer, b.head_x], (1, 1, 1))
+        head = self.weights.head
+        head_f16 = head.kind == "f16"
+        groups, defines = p._matmul_groups(cfg.vocab_size, 1)
+        head_kw = head.row_words if head_f16 else hidden
+        dense = np.array([cfg.vocab_size, hidden, 1, head_kw, head_f16, groups[0], 0, 0], u32)
+        pb.add("matmul_dense", dense, [head.buffer, b.head_x, b.logits], groups, defines)
+        return pb.build()

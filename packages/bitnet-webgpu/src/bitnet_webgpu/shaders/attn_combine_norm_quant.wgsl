@@ -1,0 +1,58 @@
+// Merges the splits of attn_split for every head (one workgroup), then
+// attn_sub_norm (rmsnorm over hq * d) and int8 quantization of that row.
+struct Params { hq: u32, d: u32, splits: u32, kw: u32, eps: f32, p0: u32, p1: u32, p2: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> part_m: array<f32>;
+@group(0) @binding(2) var<storage, read> part_l: array<f32>;
+@group(0) @binding(3) var<storage, read> part_acc: array<f32>;
+@group(0) @binding(4) var<storage, read> g: array<f32>;
+@group(0) @binding(5) var<storage, read_write> xq: array<u32>;
+@group(0) @binding(6) var<storage, read_write> scale: array<f32>;
+@group(0) @binding(7) var<storage, read_write> xsum: array<i32>;
+
+#include row_quant
+
+fn value(e: u32) -> f32 {
+    let h = e / p.d;
+    let i = e % p.d;
+    let first = h * p.splits;
+    var mx = -3.0e38;
+    for (var s = 0u; s < p.splits; s++) { mx = max(mx, part_m[first + s]); }
+    var l = 0.0;
+    var a = 0.0;
+    for (var s = 0u; s < p.splits; s++) {
+        let w = exp(part_m[first + s] - mx);
+        l += w * part_l[first + s];
+        a += w * part_acc[(first + s) * p.d + i];
+    }
+    return a / l;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) tid: u32) {
+    let k = p.hq * p.d;
+    var ss = 0.0;
+    for (var i = tid; i < k; i += WG) { let v = value(i); ss += v * v; }
+    let inv = inverseSqrt(reduce_sum(tid, ss) / f32(k) + p.eps);
+    var m = 0.0;
+    for (var i = tid; i < k; i += WG) { m = max(m, abs(value(i) * inv * g[i])); }
+    let sc = 127.0 / max(reduce_max(tid, m), 1e-5);
+    var acc = 0;
+    for (var w = tid; w < p.kw; w += WG) {
+        var word = 0u;
+        for (var b = 0u; b < 4u; b++) {
+            let i = w * 4u + b;
+            if (i < k) {
+                let q = q8(value(i) * inv * g[i], sc);
+                acc += q;
+                word |= (u32(q) & 0xffu) << (8u * b);
+            }
+        }
+        xq[w] = word;
+    }
+    let total = reduce_isum(tid, acc);
+    if (tid == 0u) {
+        scale[0] = sc;
+        xsum[0] = total;
+    }
+}

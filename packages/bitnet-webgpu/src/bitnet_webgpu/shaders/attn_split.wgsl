@@ -1,0 +1,84 @@
+// Split-K (flash-decoding) attention of one query token over a cache [S, hkv, d]:
+// workgroup (head h, split s) covers keys [s * c, min((s + 1) * c, n)) with
+// n = inp[2] (the length after this token) and c = ceil(n / splits), in tiles
+// of 64 keys with an online softmax, and writes its running max, sum and
+// unnormalised output row; attn_combine_norm_quant merges the splits. d <= 256.
+struct Params { hq: u32, hkv: u32, d: u32, splits: u32, scale: f32, p0: u32, p1: u32, p2: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+#ifdef F16
+@group(0) @binding(2) var<storage, read> kc: array<u32>;
+@group(0) @binding(3) var<storage, read> vc: array<u32>;
+fn kval(i: u32) -> f32 { let w = unpack2x16float(kc[i / 2u]); return select(w.x, w.y, (i & 1u) == 1u); }
+fn vval(i: u32) -> f32 { let w = unpack2x16float(vc[i / 2u]); return select(w.x, w.y, (i & 1u) == 1u); }
+#else
+@group(0) @binding(2) var<storage, read> kc: array<f32>;
+@group(0) @binding(3) var<storage, read> vc: array<f32>;
+fn kval(i: u32) -> f32 { return kc[i]; }
+fn vval(i: u32) -> f32 { return vc[i]; }
+#endif
+@group(0) @binding(4) var<storage, read> inp: array<u32>;  // token, position, length
+@group(0) @binding(5) var<storage, read_write> part_m: array<f32>;
+@group(0) @binding(6) var<storage, read_write> part_l: array<f32>;
+@group(0) @binding(7) var<storage, read_write> part_acc: array<f32>;
+
+const WG: u32 = 64u;
+const NEG: f32 = -3.0e38;
+var<workgroup> pr: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let h = wg.x;
+    let split = wg.y;
+    let kvh = h / (p.hq / p.hkv);
+    let n = inp[2];
+    let c = (n + p.splits - 1u) / p.splits;
+    let lo = split * c;
+    let hi = min(lo + c, n);
+    let qb = h * p.d;
+    var m = NEG;
+    var l = 0.0;
+    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    for (var t0 = lo; t0 < hi; t0 += WG) {
+        let s = t0 + tid;
+        var score = NEG;
+        if (s < hi) {
+            let kb = (s * p.hkv + kvh) * p.d;
+            var dotv = 0.0;
+            for (var i = 0u; i < p.d; i++) { dotv += q[qb + i] * kval(kb + i); }
+            score = dotv * p.scale;
+        }
+        pr[tid] = score;
+        workgroupBarrier();
+        var tmax = NEG;
+        let count = min(WG, hi - t0);
+        for (var j = 0u; j < count; j++) { tmax = max(tmax, pr[j]); }
+        let new_m = max(m, tmax);
+        let corr = exp(m - new_m);
+        workgroupBarrier();
+        pr[tid] = select(0.0, exp(score - new_m), s < hi);
+        workgroupBarrier();
+        var tsum = 0.0;
+        for (var j = 0u; j < count; j++) { tsum += pr[j]; }
+        l = l * corr + tsum;
+        for (var r = 0u; r < 4u; r++) {
+            let i = tid + r * WG;
+            if (i < p.d) {
+                var a = acc[r] * corr;
+                for (var j = 0u; j < count; j++) { a += pr[j] * vval(((t0 + j) * p.hkv + kvh) * p.d + i); }
+                acc[r] = a;
+            }
+        }
+        m = new_m;
+        workgroupBarrier();
+    }
+    let part = h * p.splits + split;
+    if (tid == 0u) {
+        part_m[part] = m;
+        part_l[part] = l;
+    }
+    for (var r = 0u; r < 4u; r++) {
+        let i = tid + r * WG;
+        if (i < p.d) { part_acc[part * p.d + i] = acc[r]; }
+    }
+}

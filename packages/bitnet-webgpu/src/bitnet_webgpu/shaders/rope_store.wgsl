@@ -1,0 +1,69 @@
+// Decode step, one token: rotate q and k of the fused qkv row
+// [(hq + 2 hkv) * d] (style 0 neox, 1 norm; dims past rot copied), write q to
+// `q` and k, v into the caches [S, hkv, d] at the position inp[1]. One
+// invocation per pair of elements (d is even), so an F16 cache (two halves
+// per u32) is written a word at a time.
+struct Params { hq: u32, hkv: u32, d: u32, rot: u32, style: u32, log2_theta: f32, p0: u32, p1: u32 }
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> qkv: array<f32>;
+@group(0) @binding(2) var<storage, read> inp: array<u32>;  // token, position, length
+@group(0) @binding(3) var<storage, read_write> q: array<f32>;
+#ifdef F16
+@group(0) @binding(4) var<storage, read_write> kc: array<u32>;
+@group(0) @binding(5) var<storage, read_write> vc: array<u32>;
+#else
+@group(0) @binding(4) var<storage, read_write> kc: array<f32>;
+@group(0) @binding(5) var<storage, read_write> vc: array<f32>;
+#endif
+
+fn rotated(base: u32, e: u32, pos: f32) -> f32 {
+    if (e >= p.rot) { return qkv[base + e]; }
+    let half = p.rot / 2u;
+    var i: u32; var a_idx: u32; var b_idx: u32; var first: bool;
+    if (p.style == 0u) {
+        i = e % half; a_idx = i; b_idx = i + half; first = e < half;
+    } else {
+        i = e / 2u; a_idx = 2u * i; b_idx = 2u * i + 1u; first = (e % 2u) == 0u;
+    }
+    let ang = pos * exp2(-p.log2_theta * f32(2u * i) / f32(p.rot));
+    let c = cos(ang);
+    let s = sin(ang);
+    let a = qkv[base + a_idx];
+    let b = qkv[base + b_idx];
+    if (first) { return a * c - b * s; }
+    return b * c + a * s;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let pairs = p.d / 2u;
+    let idx = gid.x;
+    let rows = p.hq + 2u * p.hkv;
+    if (idx >= rows * pairs) { return; }
+    let r = idx / pairs;
+    let e = 2u * (idx % pairs);
+    let base = r * p.d;
+    let pos = inp[1];
+    var v0: f32; var v1: f32;
+    if (r < p.hq + p.hkv) {
+        v0 = rotated(base, e, f32(pos));
+        v1 = rotated(base, e + 1u, f32(pos));
+    } else {
+        v0 = qkv[base + e];
+        v1 = qkv[base + e + 1u];
+    }
+    if (r < p.hq) {
+        q[base + e] = v0;
+        q[base + e + 1u] = v1;
+        return;
+    }
+    let is_k = r < p.hq + p.hkv;
+    let h = select(r - p.hq - p.hkv, r - p.hq, is_k);
+    let at = (pos * p.hkv + h) * p.d + e;
+#ifdef F16
+    let word = pack2x16float(vec2<f32>(v0, v1));
+    if (is_k) { kc[at / 2u] = word; } else { vc[at / 2u] = word; }
+#else
+    if (is_k) { kc[at] = v0; kc[at + 1u] = v1; } else { vc[at] = v0; vc[at + 1u] = v1; }
+#endif
+}

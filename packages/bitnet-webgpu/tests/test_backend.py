@@ -1,0 +1,153 @@
+"""``WebGPUBackend``: the fused step against the reference engine, its plans and submissions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bitnet_core.config import BitNetConfig
+from bitnet_core.errors import StrictModeError
+from bitnet_core.hal import REGISTRY
+from bitnet_core.model import KVCacheConfig, random_weights
+from bitnet_core.model.backend import GenericBackend
+from bitnet_core.providers.reference import ReferenceProvider
+from bitnet_core.testing.model import LOGIT_ATOL
+from bitnet_webgpu.backend import WebGPUBackend
+
+CFG = BitNetConfig(
+    vocab_size=97, hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
+    intermediate_size=80, context_length=300,
+)  # fmt: skip
+WEIGHTS = random_weights(CFG, seed=2)
+PROMPT = [96, 5, 9, 2, 7]
+
+
+def _provider():
+    """A provider with its own device and trace, made after the test set the environment."""
+    rec = REGISTRY.get("webgpu")
+    if rec is None or not rec.probe(explicit=True).available:
+        pytest.skip("no WebGPU adapter")
+    return type(rec.provider)()
+
+
+def _fused(kv: str = "float32", block: int = 64, weights=WEIGHTS) -> WebGPUBackend:
+    p = _provider()
+    backend = p.make_backend(weights, kv_cache=KVCacheConfig(dtype=kv, block_size=block))
+    assert isinstance(backend, WebGPUBackend) and backend.fused
+    return backend
+
+
+def _reference(kv: str = "float32") -> GenericBackend:
+    return GenericBackend(ReferenceProvider(), WEIGHTS, kv_cache=KVCacheConfig(dtype=kv))
+
+
+def _greedy(backend, steps: int) -> tuple[list[int], list[np.ndarray]]:
+    tokens, logits = [], []
+    with backend.new_cache() as seq:
+        out = backend.forward(PROMPT, seq)
+        for _ in range(steps):
+            logits.append(out)
+            tokens.append(int(np.argmax(out)))
+            out = backend.forward([tokens[-1]], seq)
+    return tokens, logits
+
+
+@pytest.mark.parametrize("kv", ["float32", "float16"])
+def test_greedy_tokens_and_logits_equal_the_reference(kv):
+    """Past two KV-capacity crossings (blocks of 16): three plans, the same tokens."""
+    ref_tokens, ref_logits = _greedy(_reference(kv), 40)
+    backend = _fused(kv, block=16)
+    tokens, logits = _greedy(backend, 40)
+    for step, (got, want) in enumerate(zip(logits, ref_logits, strict=True)):
+        np.testing.assert_allclose(got, want, rtol=0, atol=LOGIT_ATOL, err_msg=f"step {step}")
+    assert tokens == ref_tokens
+    assert len(backend._plans) == 3  # capacity 16, 32, 64: re-planned at each crossing
+
+
+def test_prefill_logits_of_every_position():
+    """70 tokens: one pass a token, in two submissions (64 tokens a submission)."""
+    prompt = np.random.default_rng(3).integers(0, CFG.vocab_size, 70)
+    want = _reference().logits(prompt)
+    backend = _fused()
+    subs = backend.provider.trace.submissions
+    got = backend.logits(prompt)
+    assert backend.provider.trace.submissions - subs == 2
+    np.testing.assert_allclose(got, want, rtol=0, atol=LOGIT_ATOL)
+
+
+def test_a_decode_step_is_one_submission_and_records_nothing_new(monkeypatch):
+    backend = _fused()
+    trace, device = backend.provider.trace, backend.dev.device
+    made: list[str] = []
+    for name in ("create_buffer", "create_bind_group", "create_compute_pipeline"):
+        real = getattr(device, name)
+        monkeypatch.setattr(
+            device, name, lambda *a, _r=real, _n=name, **k: made.append(_n) or _r(*a, **k)
+        )
+    with backend.new_cache() as seq:
+        subs = trace.submissions
+        backend.forward(PROMPT, seq)  # a prompt: one pass a token, one submission
+        assert trace.submissions - subs == 1
+        backend.forward([3], seq)
+        kernels, made[:] = dict(trace.kernels), []
+        for tok in range(6):
+            subs = trace.submissions
+            backend.forward([tok], seq)
+            assert trace.submissions - subs == 1
+        assert made == []  # no buffer, bind group or pipeline made by a decode step
+        assert dict(trace.kernels) == kernels  # the plan was recorded once, not per step
+    assert set(trace.kernels) == {
+        "embedding", "rmsnorm_quant", "matmul_i2s", "rope_store", "attn_split",
+        "attn_combine_norm_quant", "act_norm_quant", "rmsnorm", "matmul_dense",
+    }  # fmt: skip
+    assert trace.kernels["matmul_i2s"] == 4 * CFG.num_layers  # qkv, o, gate|up, down
+
+
+def test_each_sequence_of_a_batch_gets_its_own_plan_and_stays_correct():
+    ref, backend = _reference(), _fused()
+    seqs = [backend.new_cache() for _ in range(2)]
+    refs = [ref.new_cache() for _ in range(2)]
+    # (tokens clear of int8 quantizer ties, where any two engines may differ by a code)
+    steps = (((0, [96, 4, 5]), (1, [12])), ((0, [6]), (1, [8, 9])), ((1, [10]), (0, [11])))
+    for step in steps:
+        got = backend.forward_batch([(ids, seqs[j]) for j, ids in step])
+        for row, (j, ids) in enumerate(step):
+            want = ref.forward(ids, refs[j])
+            np.testing.assert_allclose(got[row], want, rtol=0, atol=LOGIT_ATOL)
+    assert len(backend._plans) == 2
+    for s in (*seqs, *refs):
+        s.close()
+
+
+@pytest.mark.parametrize("switch", ["BITNET_WEBGPU_NATIVE_ENCODE", "BITNET_WEBGPU_FUSED"])
+def test_switches_change_no_tokens(monkeypatch, switch):
+    """wgpu-py's own encoding calls, or the generic engine: the same greedy tokens."""
+    want, want_logits = _greedy(_fused(), 8)
+    monkeypatch.setenv(switch, "0")
+    p = _provider()
+    backend = p.make_backend(WEIGHTS, kv_cache=KVCacheConfig(dtype="float32"))
+    if switch == "BITNET_WEBGPU_FUSED":
+        assert backend is None
+        backend = GenericBackend(p, WEIGHTS, kv_cache=KVCacheConfig(dtype="float32"))
+    else:
+        assert backend.native is None
+    got, got_logits = _greedy(backend, 8)
+    assert got == want
+    np.testing.assert_allclose(got_logits, want_logits, rtol=0, atol=LOGIT_ATOL)
+
+
+def test_an_unsupported_head_dim_is_a_visible_fallback(monkeypatch):
+    cfg = BitNetConfig(
+        vocab_size=31, hidden_size=258, num_layers=1, num_heads=1, num_kv_heads=1,
+        intermediate_size=40, context_length=32,
+    )  # fmt: skip
+    weights = random_weights(cfg, seed=1)
+    monkeypatch.delenv("BITNET_STRICT_MODE", raising=False)
+    p = _provider()
+    backend = p.make_backend(weights, kv_cache=KVCacheConfig(dtype="float32"))
+    assert not backend.fused and "head_dim 258" in p.trace.fallbacks[0]
+    ref = GenericBackend(ReferenceProvider(), weights, kv_cache=KVCacheConfig(dtype="float32"))
+    np.testing.assert_allclose(backend.logits([1, 2]), ref.logits([1, 2]), atol=LOGIT_ATOL)
+    monkeypatch.setenv("BITNET_STRICT_MODE", "1")
+    with pytest.raises(StrictModeError):
+        _provider().make_backend(weights)
