@@ -33,3 +33,29 @@ def test_fallback_is_kept_once_and_strict_mode_refuses(monkeypatch: pytest.Monke
     monkeypatch.setenv("BITNET_STRICT_MODE", "1")
     with pytest.raises(StrictModeError, match="replay"):
         p.trace.fallback("graph replay failed")
+
+
+def test_mark_counts_only_what_ran_after_it() -> None:
+    p = _Device()
+    p.trace.kernel("relu2_mul")
+    p.trace.kernel("rmsnorm")
+    mark = p.trace.mark()
+    p.trace.kernel("rmsnorm")
+    p.trace.kernel("silu_mul")
+    assert p.trace.kernel_names(since=mark) == ["rmsnorm", "silu_mul"]
+    assert p.trace.kernel_names() == ["relu2_mul", "rmsnorm", "silu_mul"]
+
+
+def test_receipt_lists_its_own_models_kernels_on_a_shared_provider() -> None:
+    """Two models on one (cached) provider: the second's receipt does not list the first's."""
+    from bitnet_core.model import Model, random_weights
+    from bitnet_core.testing.strict import strict_config
+
+    relu = Model.from_weights(random_weights(strict_config("relu2"), seed=1), "cpu-reference")
+    relu.generate_ids([1, 2, 3], max_tokens=2, temperature=0)
+    assert "relu2_mul" in relu.receipt()["provider"]["kernels"]
+    silu = Model.from_weights(random_weights(strict_config("silu"), seed=1), "cpu-reference")
+    assert silu.provider is relu.provider
+    silu.generate_ids([1, 2, 3], max_tokens=2, temperature=0)
+    kernels = silu.receipt()["provider"]["kernels"]
+    assert "silu_mul" in kernels and "relu2_mul" not in kernels

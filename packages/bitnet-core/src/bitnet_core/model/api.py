@@ -114,6 +114,9 @@ class Model:
         self.load_s = load_s
         self.last_stats: GenerationStats | None = None
         self.last_params: SamplingParams | None = None
+        trace = getattr(backend.provider, "trace", None)
+        #: the provider's trace when this model was made: its receipt lists what ran since
+        self.trace_mark = trace.mark() if hasattr(trace, "mark") else None
 
     @classmethod
     def from_weights(

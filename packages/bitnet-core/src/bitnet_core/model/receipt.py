@@ -32,7 +32,7 @@ from ..atomic_file import ordinary_mode
 from ..errors import StrictModeError, ValidationError
 from ..hal.provider import KERNEL_INVENTORY
 from ..hal.selection import strict_mode
-from ..sdk.trace import LaunchTrace
+from ..sdk.trace import LaunchTrace, TraceMark
 
 SCHEMA = "bitnet.receipt/1"
 COMPUTE_PATHS = ("real", "fake")
@@ -63,13 +63,13 @@ def launch_trace(provider: Any) -> LaunchTrace | None:
     return trace if isinstance(trace, LaunchTrace) else None
 
 
-def kernel_names(provider: Any) -> list[str]:
+def kernel_names(provider: Any, since: TraceMark | None = None) -> list[str]:
     """The kernels the provider ran on its device: its trace's; for a provider that keeps
     no trace, its own ``kernel_names()``, else the protocol ops it has (a partial
-    provider's host ops are ``host_ops``)."""
+    provider's host ops are ``host_ops``). ``since``: only those run after that mark."""
     trace = launch_trace(provider)
     if trace is not None:
-        return trace.kernel_names()
+        return trace.kernel_names(since)
     own = getattr(provider, "kernel_names", None)
     if callable(own):
         return list(own())
@@ -83,6 +83,7 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
     fake = bool(summary.fake) if summary is not None else False
     avail = model.availability
     trace = launch_trace(provider)
+    mark = getattr(model, "trace_mark", None)  # kernels and submissions of this model's runs
     path = getattr(model, "path", None)
     receipt = {
         "schema": SCHEMA,
@@ -97,8 +98,10 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
             or getattr(provider, "device_kind", ""),
             "device": getattr(avail, "device", ""),
             "backend": type(model.backend).__name__,
-            "kernels": kernel_names(provider),
-            "submissions": trace.submissions if trace is not None else None,
+            "kernels": kernel_names(provider, mark),
+            "submissions": trace.submissions - (mark.submissions if mark else 0)
+            if trace is not None
+            else None,
             "fallbacks": list(trace.fallbacks) if trace is not None else [],
             "host_ops": list(getattr(provider, "host_ops", ())),
             "host_calls": dict(getattr(provider, "host_calls", {})),

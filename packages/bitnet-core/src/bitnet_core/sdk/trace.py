@@ -61,6 +61,21 @@ class LaunchTrace:
             log.warning("%s", reason)
             self.fallbacks.append(reason)
 
-    def kernel_names(self) -> list[str]:
-        """The kernels seen so far, sorted."""
-        return sorted(self.kernels)
+    def mark(self) -> TraceMark:
+        """Where the trace stands now (a model takes one when it is created: one provider
+        may serve several models, and a receipt speaks of its own model's runs)."""
+        return TraceMark(Counter(self.kernels), self.submissions)
+
+    def kernel_names(self, since: TraceMark | None = None) -> list[str]:
+        """The kernels seen so far (or since ``since``), sorted."""
+        if since is None:
+            return sorted(self.kernels)
+        return sorted(k for k, n in self.kernels.items() if n > since.kernels.get(k, 0))
+
+
+@dataclass(frozen=True)
+class TraceMark:
+    """A ``LaunchTrace``'s counts at one moment."""
+
+    kernels: Counter[str]
+    submissions: int
