@@ -130,6 +130,7 @@ class VulkanBackend(GenericBackend):
         inv_freq = float(cfg.rope_theta) ** (
             -np.arange(half, dtype=np.float64) * 2.0 / max(cfg.rot_dim, 1)
         )
+        # every position a sequence can reach (the KV cache caps them at the context length)
         ang = np.arange(cfg.context_length, dtype=np.float64)[:, None] * inv_freq[None, :]
         self._cos = provider.to_device(np.cos(ang).astype(np.float32).reshape(-1) if half else [0])
         self._sin = provider.to_device(np.sin(ang).astype(np.float32).reshape(-1) if half else [0])
