@@ -152,6 +152,14 @@ def test_no_subgroups_is_a_visible_fallback(weights, monkeypatch):
             np.testing.assert_allclose(
                 backend.forward(PROMPT, seq), ref.logits(PROMPT)[-1], rtol=3e-2, atol=3e-2
             )
+        seqs = [backend.new_cache(), backend.new_cache()]
+        try:  # the generic engine's batched step (one forward for both)
+            got = backend.forward_batch([(PROMPT, seqs[0]), ([4, 5], seqs[1])])
+        finally:
+            for s in seqs:
+                s.close()
+        np.testing.assert_allclose(got[0], ref.logits(PROMPT)[-1], rtol=3e-2, atol=3e-2)
+        np.testing.assert_allclose(got[1], ref.logits([4, 5])[-1], rtol=3e-2, atol=3e-2)
         monkeypatch.setenv("BITNET_STRICT_MODE", "1")
         with pytest.raises(StrictModeError):
             VulkanBackend(p, weights)

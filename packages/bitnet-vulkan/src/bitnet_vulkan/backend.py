@@ -185,6 +185,17 @@ class VulkanBackend(GenericBackend):
         cache.advance(t)
         return out if all_logits else out[-1]
 
+    def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+        """Fused: the sequences one after the other (chunks of ``max_batch``); else generic."""
+        if not self.fused:
+            return super()._forward_batch(batch)
+        rows = []
+        for ids, cache in batch:
+            for i in range(0, ids.size, self.max_batch):
+                last = self._forward(ids[i : i + self.max_batch], cache, False)
+            rows.append(last)
+        return np.stack(rows)
+
     def _decode_program(self, cache: Sequence) -> tuple[Program, StepBuffers]:
         """The recorded decode step for this cache's buffers (recorded on first use)."""
         kc0 = cache.k[0]
