@@ -152,8 +152,37 @@ def test_no_subgroups_is_a_visible_fallback(weights, monkeypatch):
             np.testing.assert_allclose(
                 backend.forward(PROMPT, seq), ref.logits(PROMPT)[-1], rtol=3e-2, atol=3e-2
             )
+        seqs = [backend.new_cache(), backend.new_cache()]
+        try:  # the generic engine's batched step (one forward for both)
+            got = backend.forward_batch([(PROMPT, seqs[0]), ([4, 5], seqs[1])])
+        finally:
+            for s in seqs:
+                s.close()
+        np.testing.assert_allclose(got[0], ref.logits(PROMPT)[-1], rtol=3e-2, atol=3e-2)
+        np.testing.assert_allclose(got[1], ref.logits([4, 5])[-1], rtol=3e-2, atol=3e-2)
         monkeypatch.setenv("BITNET_STRICT_MODE", "1")
         with pytest.raises(StrictModeError):
             VulkanBackend(p, weights)
     finally:
         p.close()
+
+
+def test_interleaved_sequences_each_replay_their_own_step(vk, weights):
+    """Two sequences decoding in turns (a server's pattern): a recorded step per cache."""
+    ref = Model.from_weights(weights, device="cpu-reference")
+    dev = Model.from_weights(weights, device="vulkan")
+    backend = dev.backend
+    prompts = [PROMPT, [9, 8, 7, 6]]
+    want = [ref.generate_ids(p, max_tokens=8, temperature=0) for p in prompts]
+    seqs = [backend.new_cache() for _ in prompts]
+    try:
+        toks = [[int(backend.forward(p, s).argmax())] for p, s in zip(prompts, seqs, strict=True)]
+        for _ in range(7):
+            for got, seq in zip(toks, seqs, strict=True):
+                got.append(int(backend.forward([got[-1]], seq).argmax()))
+        programs = {key[:2] for key in backend._programs}  # the caches' buffers
+    finally:
+        for s in seqs:
+            s.close()
+    assert toks == want
+    assert len(programs) >= 2

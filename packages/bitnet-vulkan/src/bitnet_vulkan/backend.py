@@ -130,6 +130,7 @@ class VulkanBackend(GenericBackend):
         inv_freq = float(cfg.rope_theta) ** (
             -np.arange(half, dtype=np.float64) * 2.0 / max(cfg.rot_dim, 1)
         )
+        # every position a sequence can reach (the KV cache caps them at the context length)
         ang = np.arange(cfg.context_length, dtype=np.float64)[:, None] * inv_freq[None, :]
         self._cos = provider.to_device(np.cos(ang).astype(np.float32).reshape(-1) if half else [0])
         self._sin = provider.to_device(np.sin(ang).astype(np.float32).reshape(-1) if half else [0])
@@ -183,6 +184,17 @@ class VulkanBackend(GenericBackend):
             out = np.asarray(self._provider.to_host(logits_arr), dtype=np.float32)
         cache.advance(t)
         return out if all_logits else out[-1]
+
+    def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+        """Fused: the sequences one after the other (chunks of ``max_batch``); else generic."""
+        if not self.fused:
+            return super()._forward_batch(batch)
+        rows = []
+        for ids, cache in batch:
+            for i in range(0, ids.size, self.max_batch):
+                last = self._forward(ids[i : i + self.max_batch], cache, False)
+            rows.append(last)
+        return np.stack(rows)
 
     def _decode_program(self, cache: Sequence) -> tuple[Program, StepBuffers]:
         """The recorded decode step for this cache's buffers (recorded on first use)."""

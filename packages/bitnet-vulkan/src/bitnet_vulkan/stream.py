@@ -53,13 +53,12 @@ WHOLE_SIZE = 0xFFFFFFFFFFFFFFFF
 class Program:
     """A recorded command buffer run as it is by ``CommandStream.run_program``."""
 
-    __slots__ = ("ptr", "submit", "generation", "commands")
+    __slots__ = ("ptr", "submit", "generation")
 
-    def __init__(self, ptr: Any, submit: Any, generation: int, commands: int) -> None:
+    def __init__(self, ptr: Any, submit: Any, generation: int) -> None:
         self.ptr = ptr
         self.submit = submit
         self.generation = generation
-        self.commands = commands
 
 
 class CommandStream:
@@ -477,10 +476,9 @@ class CommandStream:
             self._spare.append(found)
             self._cmds.clear()
             raise
-        n = len(self._cmds)
         self._cmds.clear()
         self.stats["recorded"] += 1
-        return Program(found[0], found[1], self.generation, n)
+        return Program(found[0], found[1], self.generation)
 
     def run_program(self, program: Program) -> None:
         """Submit ``program`` (after whatever ops are still open) and wait for it."""
