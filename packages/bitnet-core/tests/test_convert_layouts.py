@@ -162,3 +162,47 @@ def test_logits_match_transformers(tmp_path, layout):
     rel = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert rel < 1e-3, (layout, rel)
     assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.9
+
+
+@pytest.mark.crossval
+def test_llama_layout_runs_in_llama_cpp(tmp_path):
+    """The llama-architecture file is llama.cpp's own ``llama`` graph: llama-cpp-python runs
+    it (F16 weights, float activations) with our logits (float activations) within 2e-3."""
+    llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is a test extra")
+    src = layout_checkpoint(tmp_path / "hf", "llama-bitlinear", **SHAPE)
+    out = convert_checkpoint(src, tmp_path / "m.gguf", ternary_type="f16")
+    model = bitnet_core.load(out, "cpu-reference", quantize_activations=False, progress=False)
+    got = model.logits(IDS)
+    llm = llama_cpp.Llama(str(out), logits_all=True, verbose=False, n_ctx=64)
+    llm.eval(IDS)
+    want = np.array(llm.scores[: len(IDS)], dtype=np.float32)
+    rel = np.linalg.norm(got - want) / np.linalg.norm(want)
+    assert rel < 2e-3, rel
+    assert (got.argmax(-1) == want.argmax(-1)).all()
+
+
+@pytest.mark.parametrize("layout", LLAMA_LAYOUTS + RMS_NORM_LAYOUTS[1:])
+def test_layout_runs_greedy_through_the_cli(tmp_path, layout, capsys, clean_registry, monkeypatch):
+    """``bitnet convert`` then ``bitnet run`` (greedy): the fused CPU pass for the llama
+    graph, the generic engine (said so) for BitLinear input norms; the same tokens from
+    the op-by-op engine (``BITNET_CPU_FUSED=0``)."""
+    src = layout_checkpoint(tmp_path / "hf", layout, **SHAPE)
+    out = tmp_path / "m.gguf"
+    assert main(["convert", str(src), str(out), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out)]) == 0
+    graph = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("graph"))
+    assert ("no sub-norms" in graph) == (layout in LLAMA_LAYOUTS)
+    assert ("fall back to the generic engine" in graph) == (layout in RMS_NORM_LAYOUTS)
+    receipt = tmp_path / "r.json"
+    argv = ["run", "-m", str(out), "-p", "hello world", "-n", "8", "--temp", "0", "--no-progress"]
+    assert main([*argv, "--device", "cpu", "--receipt", str(receipt)]) == 0
+    text, err = capsys.readouterr()
+    assert text.strip()
+    r = json.loads(receipt.read_text())
+    fused = layout not in RMS_NORM_LAYOUTS
+    assert r["provider"]["backend"] == ("FusedCpuBackend" if fused else "GenericBackend")
+    assert r["model"]["config"]["arch"] == ("llama" if layout in LLAMA_LAYOUTS else "bitnet")
+    monkeypatch.setenv("BITNET_CPU_FUSED", "0")
+    assert main([*argv, "--device", "cpu"]) == 0  # the op-by-op engine: the same tokens
+    assert capsys.readouterr().out == text
