@@ -36,7 +36,7 @@ ARCH_LLAMA = "llama"
 ROPE_STYLE_BY_ARCH: dict[str, Literal["neox", "norm"]] = {ARCH_LLAMA: "norm"}
 
 #: Our own key (present only when the model has them): the epsilon of the RMSNorm each
-#: BitLinear applies to its input (onebitllms' ``use_rms_norm``, ``{arch}_in_norm`` tensors).
+#: BitLinear applies to its input (``use_rms_norm``; tensors ``blk.N.<weight>_in_norm.weight``).
 KEY_LINEAR_NORM_EPS = "{arch}.linear_norm_rms_epsilon"
 
 # Tensor names (llama.cpp `bitnet`); per layer names take the layer index.
