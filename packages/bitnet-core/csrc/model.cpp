@@ -84,6 +84,7 @@ struct Table {
 };
 
 struct Layer {
+    // attn_sub_norm / ffn_sub_norm are null in the llama graph (no sub-norms: skipped)
     const float *attn_norm, *attn_sub_norm, *ffn_norm, *ffn_sub_norm;
     const TernaryMatrix *q, *k, *v, *o, *gate, *up, *down;
 };
@@ -124,7 +125,7 @@ class CpuModel {
             if (parts.size() != 11) throw std::invalid_argument("a layer is 4 norms and 7 matrices");
             Layer l{};
             l.attn_norm = vector_of(parts[0], H_, "attn_norm");
-            l.attn_sub_norm = vector_of(parts[1], Q, "attn_sub_norm");
+            l.attn_sub_norm = parts[1].is_none() ? nullptr : vector_of(parts[1], Q, "attn_sub_norm");
             l.ffn_norm = vector_of(parts[2], H_, "ffn_norm");
             l.q = matrix(parts[4], Q, H_);
             l.k = matrix(parts[5], KV, H_);
@@ -134,7 +135,7 @@ class CpuModel {
             F_ = l.gate->rows;
             l.up = matrix(parts[9], F_, H_);
             l.down = matrix(parts[10], H_, F_);
-            l.ffn_sub_norm = vector_of(parts[3], F_, "ffn_sub_norm");
+            l.ffn_sub_norm = parts[3].is_none() ? nullptr : vector_of(parts[3], F_, "ffn_sub_norm");
             layers_.push_back(l);
             for (const TernaryMatrix *w : {l.q, l.k, l.v, l.gate, l.up}) kp_h_ = std::max(kp_h_, w->kp);
             kp_q_ = std::max(kp_q_, l.o->kp);
@@ -365,7 +366,7 @@ class CpuModel {
                 else c.attention(at);
             }
             c.attention_decode_many(decode.data(), static_cast<int64_t>(decode.size()));
-            c.rmsnorm(a, l.attn_sub_norm, T, Q, eps_, a);
+            if (l.attn_sub_norm) c.rmsnorm(a, l.attn_sub_norm, T, Q, eps_, a);
             c.quantize(a, T, Q, kpx, xq, xs, sum);
             const TernaryOut wo{l.o, o};
             c.ternary(&wo, 1, xq, kpx, xs, sum, T);
@@ -376,7 +377,7 @@ class CpuModel {
             const TernaryOut gu[2] = {{l.gate, g}, {l.up, u}};
             c.ternary(gu, 2, xq, kpx, xs, sum, T);
             c.gated(silu_, g, u, g, T, F);
-            c.rmsnorm(g, l.ffn_sub_norm, T, F, eps_, g);
+            if (l.ffn_sub_norm) c.rmsnorm(g, l.ffn_sub_norm, T, F, eps_, g);
             c.quantize(g, T, F, kpx, xq, xs, sum);
             const TernaryOut wd{l.down, o};
             c.ternary(&wd, 1, xq, kpx, xs, sum, T);

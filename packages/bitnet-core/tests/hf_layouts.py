@@ -130,13 +130,26 @@ LAYOUTS = (
     "autobitlinear-offline-packed",  # codes packed as transformers packs + weight_scale
     "autobitlinear-online",  # latent bf16 weights, absmean-quantized at run time
     "1bitllm",  # 1bitLLM/bitnet_b1_58-*: model_type llama, BitnetForCausalLM, fp16 latent
+    "llama-bitlinear",  # HF1BitLLM/Llama3-8B-1.58: LlamaForCausalLM, packed, no sub-norms
+    "llama-autobitlinear-rmsnorm",  # Falcon-Edge: LlamaForCausalLM, autobitlinear, use_rms_norm
+    "autobitlinear-online-rmsnorm",  # onebitllms: BitNetForCausalLM, latent, use_rms_norm
 )
+#: layouts of the llama graph (``LlamaForCausalLM``: no attn_sub_norm / ffn_sub_norm)
+LLAMA_LAYOUTS = ("llama-bitlinear", "llama-autobitlinear-rmsnorm")
+#: layouts whose BitLinears RMS-normalize their input with their own weight
+RMS_NORM_LAYOUTS = ("llama-autobitlinear-rmsnorm", "autobitlinear-online-rmsnorm")
 _QUANT = {
     "bitlinear-packed": ("bitlinear", "offline"),
     "autobitlinear-offline": ("autobitlinear", "offline"),
     "autobitlinear-offline-packed": ("autobitlinear", "offline"),
     "autobitlinear-online": ("autobitlinear", "online"),
+    "llama-bitlinear": ("bitlinear", "offline"),
+    "llama-autobitlinear-rmsnorm": ("autobitlinear", "offline"),
+    "autobitlinear-online-rmsnorm": ("autobitlinear", "online"),
 }
+_PACKED = ("bitlinear-packed", "autobitlinear-offline-packed", "llama-bitlinear")
+_BITLINEAR = ("bitlinear-packed", "llama-bitlinear")  # output divided by weight_scale
+_CODES = ("autobitlinear-offline", "llama-autobitlinear-rmsnorm")  # codes as floats
 
 
 def pack_codes(codes: np.ndarray) -> np.ndarray:
@@ -152,12 +165,15 @@ def layout_checkpoint(directory: str | Path, layout: str, *, seed: int = 0, **sh
     if layout == "bitnet-bf16":
         return bitnet_checkpoint(d, seed=seed, bf16=True, **shape)
     is_1bitllm = layout == "1bitllm"
-    bitnet_checkpoint(d, seed=seed, tie=not is_1bitllm, hidden_act="silu", **shape)
+    is_llama = layout in LLAMA_LAYOUTS
+    bitnet_checkpoint(d, seed=seed, tie=not (is_1bitllm or is_llama), hidden_act="silu", **shape)
     tensors = bitnet_tensors_from(d)
     rng = np.random.default_rng(seed + 1)
     out: dict[str, np.ndarray] = {}
     bf16: list[str] = []
     for name, w in tensors.items():
+        if is_llama and "_sub_norm." in name:
+            continue  # plain llama blocks
         is_linear = any(f".{p}.weight" in name for ps in PROJ.values() for p in ps)
         if not is_linear:
             out[name] = w
@@ -166,19 +182,20 @@ def layout_checkpoint(directory: str | Path, layout: str, *, seed: int = 0, **sh
         scale = float(np.abs(w).max())
         codes = np.round(w / scale).astype(np.int8)
         module = name[: -len(".weight")]
-        if layout == "bitlinear-packed":
+        if layout in _PACKED:
             out[name] = pack_codes(codes)
-            out[module + ".weight_scale"] = np.array([1.0 / scale], np.float32)
-        elif layout == "autobitlinear-offline":
+            ws = 1.0 / scale if layout in _BITLINEAR else scale
+            out[module + ".weight_scale"] = np.array([ws], np.float32)
+        elif layout in _CODES:
             out[name] = codes.astype(np.float32)
-            out[module + ".weight_scale"] = np.array([scale], np.float32)
-        elif layout == "autobitlinear-offline-packed":
-            out[name] = pack_codes(codes)
             out[module + ".weight_scale"] = np.array([scale], np.float32)
         else:  # latent weights: transformers/llama.cpp absmean-quantize them
             out[name] = rng.normal(0, 0.02, w.shape).astype(np.float32)
         if out[name].dtype != np.uint8:
             bf16.append(name)
+        if layout in RMS_NORM_LAYOUTS:  # transformers' BitLinear(use_rms_norm): its own RMSNorm
+            out[module + ".rms_norm.weight"] = rng.uniform(0.5, 1.5, w.shape[1]).astype(np.float32)
+            bf16.append(module + ".rms_norm.weight")
     cfg = json.loads((d / "config.json").read_text())
     if is_1bitllm:  # fields of 1bitLLM/bitnet_b1_58-large's config.json
         out = {
@@ -198,17 +215,30 @@ def layout_checkpoint(directory: str | Path, layout: str, *, seed: int = 0, **sh
             attention_bias=False,
             torch_dtype="float16",
         )
+    elif layout == "llama-bitlinear":  # fields of HF1BitLLM/Llama3-8B-1.58-100B-tokens
+        cfg.update(
+            architectures=["LlamaForCausalLM"],
+            model_type="llama",
+            attention_bias=False,
+            mlp_bias=False,
+            pretraining_tp=1,
+            rope_scaling=None,
+            torch_dtype="bfloat16",
+            quantization_config={"modules_to_not_convert": None, "quant_method": "bitnet"},
+        )
     else:
         linear_class, mode = _QUANT[layout]
         cfg["quantization_config"] = {
             "quant_method": "bitnet",
             "linear_class": linear_class,
             "quantization_mode": mode,
-            "use_rms_norm": False,
+            "use_rms_norm": layout in RMS_NORM_LAYOUTS,
             "rms_norm_eps": 1e-6,
             "modules_to_not_convert": ["lm_head"],
         }
         cfg["torch_dtype"] = "bfloat16"
+        if is_llama:  # Falcon-Edge ships as LlamaForCausalLM
+            cfg.update(architectures=["LlamaForCausalLM"], model_type="llama", rms_norm_eps=1e-5)
     (d / "config.json").write_text(json.dumps(cfg, indent=2))
     write_safetensors(d / "model.safetensors", out, bf16=tuple(bf16))
     return d

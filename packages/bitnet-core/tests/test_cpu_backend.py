@@ -10,13 +10,15 @@ the numpy reference within its tolerance.)
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from native_cpu import NAME_THREADS, native_provider
 
 from bitnet_core.config import BitNetConfig
-from bitnet_core.errors import ShapeError
-from bitnet_core.model import GenericBackend, KVCacheConfig, random_weights
+from bitnet_core.errors import ShapeError, StrictModeError
+from bitnet_core.model import GenericBackend, KVCacheConfig, ModelWeights, random_weights
 from bitnet_core.providers.cpu_backend import FusedCpuBackend
 from bitnet_core.testing.model import FILE_CONFIG, MODEL_CONFIGS
 
@@ -39,6 +41,12 @@ CONFIGS = {
     "mha-silu-160": dict(
         vocab_size=77, hidden_size=160, num_layers=2, num_heads=5, num_kv_heads=5,
         intermediate_size=200, context_length=48, ffn_activation="silu",
+    ),
+    # llama-architecture 1.58-bit (HF1BitLLM): no sub-norms, adjacent-pair rope
+    "llama-gqa": dict(
+        vocab_size=90, hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
+        intermediate_size=256, context_length=48, ffn_activation="silu", arch="llama",
+        rope_style="norm",
     ),
 }  # fmt: skip
 
@@ -123,6 +131,40 @@ def test_make_backend_and_opt_out(monkeypatch):
     assert isinstance(prov.make_backend(weights, progress=False), FusedCpuBackend)
     monkeypatch.setenv("BITNET_CPU_FUSED", "0")
     assert prov.make_backend(weights, progress=False) is None
+
+
+def test_llama_graph_skips_the_sub_norms_in_the_fused_pass():
+    """The fused pass runs a sub-norm-free model (equal to the generic engine: above), and
+    what it computes is not the bitnet graph's with unit sub-norms applied."""
+    cfg = BitNetConfig(**CONFIGS["llama-gqa"])
+    weights = random_weights(cfg, seed=2)
+    assert not any("sub_norm" in n for n in weights.dense)
+    prov = native_provider("cpu-scalar", 1)
+    fused = prov.make_backend(weights, progress=False)
+    assert isinstance(fused, FusedCpuBackend) and fused.weights.layers[0].attn_sub_norm is None
+    ids = np.array([3, 1, 4, 1, 5, 9, 2, 6])
+    ones = dict(weights.dense)
+    for i in range(cfg.num_layers):
+        ones[f"blk.{i}.attn_sub_norm.weight"] = np.ones(cfg.hidden_size, np.float32)
+        ones[f"blk.{i}.ffn_sub_norm.weight"] = np.ones(cfg.intermediate_size, np.float32)
+    bitnet_cfg = dataclasses.replace(cfg, arch="bitnet")
+    normed = ModelWeights(bitnet_cfg, weights.ternary, ones)
+    with_norms = FusedCpuBackend(prov, normed, progress=False).logits(ids)
+    assert not np.allclose(fused.logits(ids), with_norms, rtol=1e-3, atol=1e-3)
+
+
+def test_bitlinear_input_norms_fall_back_to_the_generic_engine(monkeypatch, caplog):
+    cfg = BitNetConfig(**CONFIGS["llama-gqa"], linear_norms=True, linear_norm_eps=1e-6)
+    weights = random_weights(cfg, seed=4)
+    assert "blk.1.ffn_down_in_norm.weight" in weights.dense
+    prov = native_provider("cpu-scalar", 1)
+    with caplog.at_level("WARNING"):
+        assert prov.make_backend(weights, progress=False) is None
+    assert "no BitLinear input norms (use_rms_norm)" in caplog.text
+    assert any("use_rms_norm" in r for r in prov.trace.fallbacks)
+    monkeypatch.setenv("BITNET_STRICT_MODE", "1")  # strict mode refuses the fallback
+    with pytest.raises(StrictModeError):
+        native_provider("cpu-scalar", 1).make_backend(weights, progress=False)
 
 
 def test_float_matmuls_take_the_generic_path():

@@ -214,8 +214,8 @@ def test_config_errors_name_file_and_tensor(tmp_path, tensors):
         match=r"b\.gguf: tensor 'blk\.0\.ffn_gate\.weight' has shape \[512, 256\], the config needs \[1024, 256\]",
     ):
         open_model_file(p)
-    p = write_gguf(tmp_path / "c.gguf", dataclasses.replace(TINY, arch="llama"), tensors)
-    with pytest.raises(UnsupportedModelError, match="architecture 'llama' is not a BitNet model"):
+    p = write_gguf(tmp_path / "c.gguf", dataclasses.replace(TINY, arch="qwen2"), tensors)
+    with pytest.raises(UnsupportedModelError, match="architecture 'qwen2' is not a BitNet model"):
         open_model_file(p)
     p = write_gguf(
         tmp_path / "d.gguf", TINY, tensors, extra_metadata={"bitnet.ffn_activation": "gelu"}
@@ -227,6 +227,33 @@ def test_config_errors_name_file_and_tensor(tmp_path, tensors):
     )
     with pytest.raises(GGUFFormatError, match="must be an integer"):
         open_model_file(p)
+
+
+def test_llama_file_runs_only_as_a_ternary_model(tmp_path, tensors):
+    """Arch ``llama`` (HF1BitLLM's layout): no sub-norms needed, adjacent-pair rope, and
+    float layer weights must already be ternary (any other llama model is refused)."""
+    cfg = dataclasses.replace(TINY, arch="llama", rope_style="norm")
+    llama = {k: v for k, v in tensors.items() if "sub_norm" not in k}
+    p = write_gguf(tmp_path / "l.gguf", cfg, llama, ternary_type="f16")
+    mf = open_model_file(p)
+    assert mf.config == cfg and not mf.config.sub_norms
+    name = "blk.0.attn_q.weight"
+    codes, _ = mf.unpack(name)
+    raw = mf.raw(name).tobytes()
+    data = bytearray(p.read_bytes())
+    at = data.find(raw)
+    values = np.frombuffer(raw, "<f2").copy()
+    values[np.flatnonzero(values)[0]] *= 3  # one weight off the row's magnitude
+    data[at : at + len(raw)] = values.tobytes()
+    (tmp_path / "m.gguf").write_bytes(bytes(data))
+    with pytest.raises(
+        UnsupportedModelError, match=r"'blk\.0\.attn_q\.weight' \(f16\) is not ternary"
+    ):
+        open_model_file(tmp_path / "m.gguf").unpack(name)
+    p = write_gguf(
+        tmp_path / "b.gguf", dataclasses.replace(TINY, arch="bitnet"), tensors, ternary_type="f16"
+    )
+    assert open_model_file(p).config.sub_norms
 
 
 def test_activation_default_and_key(tmp_path, tensors):

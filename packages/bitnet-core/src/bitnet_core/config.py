@@ -23,7 +23,21 @@ DEFAULT_ACTIVATION_BY_ARCH: dict[str, FfnActivation] = {
     "bitnet": "silu",  # llama.cpp's bitnet graph (1bitLLM bitnet_b1_58 family)
     "bitnet-b1.58": "relu2",  # bitnet.cpp's name for the 2B-4T family
     "bitnet-25": "relu2",
+    "llama": "silu",  # llama-architecture 1.58-bit checkpoints (HF1BitLLM, Falcon-Edge)
 }
+
+#: The GGUF architecture of llama-architecture 1.58-bit checkpoints, as llama.cpp's
+#: converter writes them: plain llama blocks, no ``attn_sub_norm``/``ffn_sub_norm``,
+#: q/k rows permuted for llama.cpp's "normal" (adjacent pairs) rope.
+ARCH_LLAMA = "llama"
+
+#: The rope pairing of each GGUF architecture: llama.cpp's ``llama`` graph rotates adjacent
+#: pairs (its converter permutes q/k rows to match); its ``bitnet`` graph, NEOX halves.
+ROPE_STYLE_BY_ARCH: dict[str, Literal["neox", "norm"]] = {ARCH_LLAMA: "norm"}
+
+#: Our own key (present only when the model has them): the epsilon of the RMSNorm each
+#: BitLinear applies to its input (``use_rms_norm``; tensors ``blk.N.<weight>_in_norm.weight``).
+KEY_LINEAR_NORM_EPS = "{arch}.linear_norm_rms_epsilon"
 
 # Tensor names (llama.cpp `bitnet`); per layer names take the layer index.
 TOKEN_EMBD = "token_embd.weight"
@@ -40,11 +54,19 @@ FFN_GATE = "blk.{i}.ffn_gate.weight"
 FFN_UP = "blk.{i}.ffn_up.weight"
 FFN_DOWN = "blk.{i}.ffn_down.weight"
 FFN_SUB_NORM = "blk.{i}.ffn_sub_norm.weight"
+#: The input RMSNorm weight of BitLinear ``blk.{i}.<name>.weight`` (``use_rms_norm``): ours.
+LINEAR_NORM_SUFFIX = "_in_norm"
 
 #: The ternary (BitLinear) weights of one layer, in forward order.
 TERNARY_LAYER_TENSORS = (ATTN_Q, ATTN_K, ATTN_V, ATTN_OUT, FFN_GATE, FFN_UP, FFN_DOWN)
-#: The float (norm) weights of one layer.
+#: The float (norm) weights of one layer (the sub-norms only where ``BitNetConfig.sub_norms``).
 NORM_LAYER_TENSORS = (ATTN_NORM, ATTN_SUB_NORM, FFN_NORM, FFN_SUB_NORM)
+SUB_NORM_TENSORS = (ATTN_SUB_NORM, FFN_SUB_NORM)
+
+
+def linear_norm_name(weight_template: str) -> str:
+    """The input-norm tensor of a BitLinear weight: ``blk.{i}.attn_q_in_norm.weight``."""
+    return weight_template[: -len(".weight")] + LINEAR_NORM_SUFFIX + ".weight"
 
 
 @dataclass(frozen=True)
@@ -66,6 +88,9 @@ class BitNetConfig:
     ffn_activation: FfnActivation = "silu"
     tied_embeddings: bool = True
     arch: str = "bitnet"
+    #: each BitLinear RMS-normalizes its input with its own weight first (``use_rms_norm``)
+    linear_norms: bool = False
+    linear_norm_eps: float = 1e-6
 
     def __post_init__(self) -> None:
         checks = {
@@ -92,12 +117,26 @@ class BitNetConfig:
             )
         if self.ffn_activation not in ("silu", "relu2"):
             raise ConfigError(f"model config: unknown ffn_activation {self.ffn_activation!r}")
+        if self.linear_norms and not (0.0 <= self.linear_norm_eps < 1.0):
+            raise ConfigError(f"model config: bad linear_norm_eps {self.linear_norm_eps!r}")
         if self.rope_style not in ("neox", "norm"):
             raise ConfigError(f"model config: unknown rope_style {self.rope_style!r}")
         if self.rope_dim < 0 or self.rope_dim > self.head_dim or self.rope_dim % 2:
             raise ConfigError(
                 f"model config: bad rope_dim {self.rope_dim} for head_dim {self.head_dim}"
             )
+
+    @property
+    def sub_norms(self) -> bool:
+        """Whether each layer has ``attn_sub_norm``/``ffn_sub_norm`` (not the ``llama`` graph)."""
+        return self.arch != ARCH_LLAMA
+
+    def layer_norm_tensors(self) -> tuple[str, ...]:
+        """The norm tensor templates of one layer this model has (``blk.{i}....``)."""
+        norms = tuple(n for n in NORM_LAYER_TENSORS if self.sub_norms or n not in SUB_NORM_TENSORS)
+        if self.linear_norms:
+            norms += tuple(linear_norm_name(t) for t in TERNARY_LAYER_TENSORS)
+        return norms
 
     @property
     def head_dim(self) -> int:

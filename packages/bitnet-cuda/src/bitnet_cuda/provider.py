@@ -69,7 +69,19 @@ class CudaProvider(
         """The fused, graph-captured backend (``backend.py``); None with ``BITNET_CUDA_FUSED=0``."""
         from .backend import CudaBackend
 
-        return CudaBackend(self, weights, **opts) if env_enabled("BITNET_CUDA_FUSED") else None
+        if not env_enabled("BITNET_CUDA_FUSED"):
+            return None
+        cfg = weights.config
+        if cfg.linear_norms or not cfg.sub_norms:
+            from bitnet_core.model.backend import generic_engine_fallback
+
+            generic_engine_fallback(
+                self,
+                f"{self.name}: the fused kernels need BitNet's sub-norms and no BitLinear "
+                f"input norms ({cfg.arch} graph); the generic engine runs this model",
+            )
+            return None
+        return CudaBackend(self, weights, **opts)
 
     # --- memory ---------------------------------------------------------------------
     # --- ops --------------------------------------------------------------------------

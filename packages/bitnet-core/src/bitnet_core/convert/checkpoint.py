@@ -77,6 +77,25 @@ def _ternary(ckpt: Checkpoint, info: HFModelInfo, hf: str, rows: int) -> Ternary
     return TernaryWeight.from_codes(codes, scales, hf)
 
 
+def llama_rope_permutation(rows: int, heads: int) -> np.ndarray:
+    """Row order that turns q/k of NEOX rope (pairs ``i, i + d/2``, transformers) into the
+    adjacent pairs of llama.cpp's ``llama`` graph: its converter's ``LlamaModel.permute``
+    (``reshape(heads, 2, d/2, ...).swapaxes(1, 2)``)."""
+    d = rows // heads
+    return np.arange(rows).reshape(heads, 2, d // 2).swapaxes(1, 2).reshape(rows)
+
+
+def _permute_for_llama_rope(w: TernaryWeight, gguf: str, cfg: Any) -> TernaryWeight:
+    """q (``heads``) and k (``kv_heads``) rows in llama.cpp's order; other weights as they are."""
+    i = gguf.split(".")[1]
+    heads = {c.ATTN_Q.format(i=i): cfg.num_heads, c.ATTN_K.format(i=i): cfg.num_kv_heads}
+    if gguf not in heads:
+        return w
+    codes, scales = w.unpack()
+    order = llama_rope_permutation(w.rows, heads[gguf])
+    return TernaryWeight.from_codes(codes[order], scales[order], w.name)
+
+
 def load_tensors(src: Path, info: HFModelInfo, *, progress: bool | None = None) -> dict[str, Any]:
     """GGUF name -> float array (embeddings, norms) or TernaryWeight (BitLinear layers)."""
     cfg = info.config
@@ -90,7 +109,7 @@ def load_tensors(src: Path, info: HFModelInfo, *, progress: bool | None = None) 
         plan.append((c.OUTPUT, "lm_head.weight", False))
     ternary = set(c.TERNARY_LAYER_TENSORS)
     for i in range(cfg.num_layers):
-        for tmpl in c.TERNARY_LAYER_TENSORS + c.NORM_LAYER_TENSORS:
+        for tmpl in c.TERNARY_LAYER_TENSORS + cfg.layer_norm_tensors():
             aliases = hf_layer_names(i, tmpl)
             hf = next((a for a in aliases if a in ckpt), aliases[0])
             plan.append((tmpl.format(i=i), hf, tmpl in ternary))
@@ -110,6 +129,8 @@ def load_tensors(src: Path, info: HFModelInfo, *, progress: bool | None = None) 
             if is_ternary:
                 tensors[gguf] = _ternary(ckpt, info, hf, want[0])
                 got = (tensors[gguf].rows, tensors[gguf].cols)
+                if cfg.arch == c.ARCH_LLAMA and tuple(got) == tuple(want):
+                    tensors[gguf] = _permute_for_llama_rope(tensors[gguf], gguf, cfg)
             else:
                 tensors[gguf] = np.asarray(ckpt.get(hf), dtype=np.float32)
                 got = tensors[gguf].shape

@@ -1,12 +1,14 @@
 """A Hugging Face ``config.json`` of a BitNet model to our :class:`BitNetConfig`.
 
 Accepts what transformers' ``BitNetForCausalLM`` saves (``model_type`` ``bitnet``,
-``architectures`` ``BitNetForCausalLM`` / ``BitnetForCausalLM``) and refuses,
-naming the field, what the GGUF ``bitnet`` architecture cannot express:
-attention bias, rope scaling, a head size other than hidden/heads, an
-activation other than relu² or SiLU, quantization other than transformers'
-``bitnet`` one (``bitlinear``, or ``autobitlinear`` online or offline; not
-``use_rms_norm``).
+``architectures`` ``BitNetForCausalLM`` / ``BitnetForCausalLM``), and
+llama-architecture 1.58-bit checkpoints (``LlamaForCausalLM`` with transformers'
+``bitnet`` quantization: HF1BitLLM, Falcon-Edge), which become the GGUF
+``llama`` graph (no sub-norms). Refuses, naming the field, what neither graph
+can express: attention bias, rope scaling, a head size other than
+hidden/heads, an activation other than relu² or SiLU, quantization other than
+transformers' ``bitnet`` one (``bitlinear``, or ``autobitlinear`` online or
+offline; each with or without ``use_rms_norm``).
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..config import BitNetConfig, FfnActivation
+from ..config import ARCH_LLAMA, BitNetConfig, FfnActivation
 from ..errors import ConfigError, UnsupportedModelError
 
 _ACTIVATIONS: dict[str, FfnActivation] = {"relu2": "relu2", "silu": "silu", "swish": "silu"}
 _ARCHITECTURES = {"BitNetForCausalLM", "BitnetForCausalLM"}
+#: llama-architecture checkpoints that are 1.58-bit through their ``quantization_config``
+_LLAMA_ARCHITECTURES = {"LlamaForCausalLM"}
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class HFModelInfo:
     #: packed or not, output multiplied by ``weight_scale``), ``"autobitlinear-online"``
     #: (latent floats, absmean-quantized at run time)
     linear: str = "float"
+    #: the GGUF graph: ``"bitnet"`` (sub-norms) or ``"llama"`` (none; q/k rows permuted)
+    arch: str = "bitnet"
 
     @property
     def has_weight_scale(self) -> bool:
@@ -75,22 +81,25 @@ def read_hf_config(directory: Path) -> HFModelInfo:
         raise UnsupportedModelError("config.json is not a JSON object", path)
     archs = set(cfg.get("architectures") or [])
     quant = cfg.get("quantization_config")
-    if (
+    if quant is not None and not isinstance(quant, dict):
+        raise UnsupportedModelError("config.json: quantization_config is not an object", path)
+    is_bitnet_quant = isinstance(quant, dict) and quant.get("quant_method") == "bitnet"
+    is_llama = (
         not archs & _ARCHITECTURES
-        and isinstance(quant, dict)
-        and quant.get("quant_method") == "bitnet"
-        and cfg.get("model_type") != "bitnet"
-    ):
+        and cfg.get("model_type") == "llama"
+        and bool(archs & _LLAMA_ARCHITECTURES)
+    )
+    if is_llama and not is_bitnet_quant:
         raise UnsupportedModelError(
-            f"model_type {cfg.get('model_type')!r} with BitLinear layers (as HF1BitLLM's and "
-            "Falcon-Edge's llama checkpoints) has no BitNet sub-norms; bitnet runs the GGUF "
-            "'bitnet' graph, which needs attn_sub_norm/ffn_sub_norm",
+            "a llama checkpoint without transformers' BitNet quantization_config (quant_method "
+            "'bitnet') is not a BitNet (1.58-bit) model",
             path,
         )
-    if cfg.get("model_type") != "bitnet" and not archs & _ARCHITECTURES:
+    if cfg.get("model_type") != "bitnet" and not archs & _ARCHITECTURES and not is_llama:
         raise UnsupportedModelError(
             f"model_type {cfg.get('model_type')!r} / architectures {sorted(archs)} is not a "
-            "BitNet checkpoint (expected model_type 'bitnet', BitNetForCausalLM)",
+            "BitNet checkpoint (expected model_type 'bitnet', BitNetForCausalLM, or a "
+            "LlamaForCausalLM with quant_method 'bitnet')",
             path,
         )
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):
@@ -107,11 +116,12 @@ def read_hf_config(directory: Path) -> HFModelInfo:
         raise UnsupportedModelError(
             f"config.json: head_dim {head_dim} x {heads} heads != hidden_size {hidden}", path
         )
-    packed, skip, linear = False, (), "float"
+    packed, skip, linear, norm_eps = False, (), "float", None
     if quant:
         linear = _linear_kind(quant, path)
         packed = linear == "bitlinear"
         skip = tuple(quant.get("modules_to_not_convert") or ())
+        norm_eps = _linear_norm_eps(quant, path)
     try:
         config = BitNetConfig(
             vocab_size=_int(cfg, "vocab_size", path),
@@ -125,6 +135,10 @@ def read_hf_config(directory: Path) -> HFModelInfo:
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
             ffn_activation=_ACTIVATIONS[act],
             tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            arch=ARCH_LLAMA if is_llama else "bitnet",
+            rope_style="norm" if is_llama else "neox",  # q/k rows permuted to match (llama.cpp)
+            linear_norms=norm_eps is not None,
+            linear_norm_eps=1e-6 if norm_eps is None else norm_eps,
         )
     except ConfigError as exc:
         raise UnsupportedModelError(f"config.json: {exc}", path) from exc
@@ -134,6 +148,7 @@ def read_hf_config(directory: Path) -> HFModelInfo:
         not_converted=skip,
         name=cfg.get("_name_or_path"),
         linear=linear,
+        arch=config.arch,
     )
 
 
@@ -143,13 +158,6 @@ def _linear_kind(quant: dict, path: Path) -> str:
     if method != "bitnet":
         raise UnsupportedModelError(
             f"config.json: quantization {method!r} is not supported (only 'bitnet')", path
-        )
-    if quant.get("use_rms_norm"):
-        raise UnsupportedModelError(
-            "config.json: quantization_config.use_rms_norm adds an RMSNorm with its own weights "
-            "before every BitLinear; the GGUF 'bitnet' graph has no such norms, and they cannot "
-            "be folded into ternary weights",
-            path,
         )
     linear_class = quant.get("linear_class", "bitlinear")
     mode = quant.get("quantization_mode", "offline")
@@ -162,3 +170,16 @@ def _linear_kind(quant: dict, path: Path) -> str:
     if linear_class == "bitlinear":
         return "bitlinear"  # transformers' BitLinear is always offline (packed)
     return f"autobitlinear-{mode}"
+
+
+def _linear_norm_eps(quant: dict, path: Path) -> float | None:
+    """``quantization_config.rms_norm_eps`` when ``use_rms_norm`` (an RMSNorm with its own
+    weight on every BitLinear's input, transformers' ``BitLinear``/``AutoBitLinear``), else None."""
+    if not quant.get("use_rms_norm"):
+        return None
+    eps = quant.get("rms_norm_eps", 1e-6)  # transformers' BitNetQuantConfig default
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
+        raise UnsupportedModelError(
+            f"config.json: quantization_config.rms_norm_eps {eps!r} is not a small number", path
+        )
+    return float(eps)

@@ -1,4 +1,9 @@
-"""Hugging Face ``BitNetForCausalLM`` tensor names to llama.cpp's ``bitnet`` GGUF names."""
+"""Hugging Face ``BitNetForCausalLM`` / ``LlamaForCausalLM`` tensor names to GGUF names.
+
+llama.cpp's names for its ``bitnet`` and ``llama`` graphs, and ours for the input
+RMSNorm of each BitLinear (``use_rms_norm``: ``q_proj.rms_norm.weight`` ->
+``blk.N.attn_q_in_norm.weight``).
+"""
 
 from __future__ import annotations
 
@@ -27,6 +32,17 @@ _LAYER = {
     "self_attn.inner_attn_ln.weight": c.ATTN_SUB_NORM,
     "mlp.ffn_layernorm.weight": c.FFN_SUB_NORM,
 }
+_PROJ = {
+    "self_attn.q_proj": c.ATTN_Q,
+    "self_attn.k_proj": c.ATTN_K,
+    "self_attn.v_proj": c.ATTN_V,
+    "self_attn.o_proj": c.ATTN_OUT,
+    "mlp.gate_proj": c.FFN_GATE,
+    "mlp.up_proj": c.FFN_UP,
+    "mlp.down_proj": c.FFN_DOWN,
+}
+# transformers' BitLinear / AutoBitLinear with use_rms_norm: ``<proj>.rms_norm.weight``
+_LAYER.update({f"{m}.rms_norm.weight": c.linear_norm_name(g) for m, g in _PROJ.items()})
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 
 

@@ -22,10 +22,14 @@ from ..config import (
     FFN_SUB_NORM,
     FFN_UP,
     KEY_FFN_ACTIVATION,
+    KEY_LINEAR_NORM_EPS,
     OUTPUT,
     OUTPUT_NORM,
+    ROPE_STYLE_BY_ARCH,
+    TERNARY_LAYER_TENSORS,
     TOKEN_EMBD,
     BitNetConfig,
+    linear_norm_name,
 )
 from ..errors import BitnetError, GGUFFormatError, ModelFileError, UnsupportedModelError
 
@@ -88,6 +92,9 @@ def config_from_metadata(
     else:
         raise ModelFileError("cannot tell the vocabulary size (no vocab_size, no tokens)", path)
     act = get("ffn_activation", DEFAULT_ACTIVATION_BY_ARCH[arch])
+    linear_eps_key = KEY_LINEAR_NORM_EPS.format(arch=arch)
+    linear_norms = linear_eps_key in metadata
+    linear_eps = _number(metadata[linear_eps_key], linear_eps_key, path) if linear_norms else 1e-6
     rope_dim = _uniform_int(get("rope.dimension_count", 0), "rope.dimension_count", path)
     if heads > 0 and hidden % heads == 0 and rope_dim == hidden // heads:
         rope_dim = 0  # the whole head, BitNetConfig's default spelling
@@ -109,9 +116,12 @@ def config_from_metadata(
                 path,
             ),
             rope_dim=rope_dim,
+            rope_style=ROPE_STYLE_BY_ARCH.get(arch, "neox"),
             ffn_activation=act,
             tied_embeddings=OUTPUT not in set(tensor_names),
             arch=arch,
+            linear_norms=linear_norms,
+            linear_norm_eps=linear_eps,
         )
     except ModelFileError:
         raise
@@ -135,6 +145,8 @@ def metadata_from_config(config: BitNetConfig) -> dict[str, Any]:
         f"{a}.rope.dimension_count": config.rot_dim,
         KEY_FFN_ACTIVATION.format(arch=a): config.ffn_activation,
     }
+    if config.linear_norms:
+        md[KEY_LINEAR_NORM_EPS.format(arch=a)] = float(config.linear_norm_eps)
     return md
 
 
@@ -152,7 +164,7 @@ def iter_expected_shapes(config: BitNetConfig) -> Iterator[tuple[str, tuple[int,
     yield OUTPUT_NORM, (h,)
     if not config.tied_embeddings:
         yield OUTPUT, (v, h)
-    per_layer = {
+    every = {
         ATTN_NORM: (h,),
         ATTN_Q: (h, h),
         ATTN_K: (kv, h),
@@ -165,6 +177,10 @@ def iter_expected_shapes(config: BitNetConfig) -> Iterator[tuple[str, tuple[int,
         FFN_DOWN: (h, ff),
         FFN_SUB_NORM: (ff,),
     }
+    # a BitLinear's input norm has the width of its input (the weight's columns)
+    every.update({linear_norm_name(t): (every[t][1],) for t in TERNARY_LAYER_TENSORS})
+    present = set(TERNARY_LAYER_TENSORS) | set(config.layer_norm_tensors())
+    per_layer = {name: shape for name, shape in every.items() if name in present}
     for i in range(config.num_layers):
         for name, shape in per_layer.items():
             yield name.format(i=i), shape

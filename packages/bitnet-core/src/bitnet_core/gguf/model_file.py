@@ -13,10 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config import TOKEN_EMBD, BitNetConfig
+from ..config import ARCH_LLAMA, TOKEN_EMBD, BitNetConfig
 from ..errors import BitnetError, ModelFileError, UnsupportedModelError
 from ..formats import get_codec
+from ..formats.absmean import ternary_row_scales
 from ..formats.base import Codec
+from ..formats.dense import DenseCodec
 from ..hal.weights import TernaryWeight
 from .container import GGUFFile
 from .metadata import check_shapes, config_from_metadata, scale_tensor_name
@@ -30,14 +32,35 @@ class FileCodec:
     ``blk.N.<name>.scale`` factor, which the raw blocks do not.
     """
 
-    def __init__(self, inner: Codec, factor: np.ndarray | None, path: Path, tensor: str) -> None:
+    def __init__(
+        self,
+        inner: Codec,
+        factor: np.ndarray | None,
+        path: Path,
+        tensor: str,
+        require_ternary: bool = False,
+    ) -> None:
         self.inner = inner
+        #: refuse float rows that are not already ternary instead of absmean-quantizing them
+        self.require_ternary = require_ternary and isinstance(inner, DenseCodec)
         self.factor = None if factor is None else np.asarray(factor, np.float32).reshape(-1)
         self.name = inner.name
         self.path = path
         self.tensor = tensor
 
     def unpack(self, raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+        if (
+            self.require_ternary
+            and ternary_row_scales(
+                self.inner.to_float(raw, rows, cols)  # type: ignore[attr-defined]
+            )
+            is None
+        ):
+            raise UnsupportedModelError(
+                f"tensor {self.tensor!r} ({self.inner.name}) is not ternary: a 'llama' file "
+                "runs here only as a 1.58-bit model (ternary rows, one magnitude each)",
+                self.path,
+            )
         try:
             codes, scales = self.inner.unpack(raw, rows, cols)
         except BitnetError as exc:
@@ -89,7 +112,9 @@ class ModelFile(GGUFFile):
                     self.path,
                 )
             codec, factor = codec.with_scales(factor), None  # type: ignore[attr-defined]
-        return FileCodec(codec, factor, self.path, name)
+        # a llama-architecture file may be any llama model: only a ternary one runs here
+        strict = self.config.arch == ARCH_LLAMA
+        return FileCodec(codec, factor, self.path, name, require_ternary=strict)
 
     def ternary(self, name: str) -> TernaryWeight:
         """Tensor ``name`` as a ``TernaryWeight`` whose ``raw`` is a view of the file."""

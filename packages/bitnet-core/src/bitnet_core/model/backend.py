@@ -12,6 +12,12 @@ transformers' ``BitNetForCausalLM``, per layer::
     f = silu_mul(linear(h, Wgate), linear(h, Wup))              # or relu2_mul (config)
     x = x + linear(rmsnorm(f, ffn_sub_norm), Wdown)
 
+In the ``llama`` graph (``config.sub_norms`` false: HF1BitLLM's and Falcon-Edge's
+``LlamaForCausalLM`` checkpoints) the two sub-norms are skipped. With
+``config.linear_norms`` (onebitllms' ``use_rms_norm``) every ``linear(h, W)`` is
+``linear(rmsnorm(h, W_in_norm, linear_norm_eps), W)``: each BitLinear normalizes
+its own input with its own weight before the activation quantization.
+
 then ``logits = matmul_dense(rmsnorm(x, output_norm), head)`` with the head
 the tied ``token_embd`` (or ``output.weight``). A forward call appends all its
 tokens to the sequence at once (prefill is one ``[T, ...]`` batch; decode is
@@ -39,7 +45,7 @@ import numpy as np
 from ..errors import ConfigError, ShapeError
 from .kv_cache import KVCache, KVCacheConfig, Sequence
 from .memory_pool import MemoryPool
-from .weights import DeviceWeights, ModelWeights, check_token_ids
+from .weights import DeviceWeights, LayerWeights, ModelWeights, check_token_ids
 
 log = logging.getLogger("bitnet")
 
@@ -90,6 +96,17 @@ def resolve_kv_dtype(provider: Any, config: KVCacheConfig | None) -> np.dtype:
             f"{' or '.join(supported)}, not {want}"
         )
     return np.dtype(want)
+
+
+def generic_engine_fallback(provider: Any, reason: str) -> None:
+    """Say that ``provider``'s fused backend is given up for the generic engine, and why:
+    ``provider.trace.fallback`` where it has one (an error under BITNET_STRICT_MODE),
+    else a logged warning. The receipt names the backend that runs."""
+    trace = getattr(provider, "trace", None)
+    if callable(getattr(trace, "fallback", None)):
+        trace.fallback(reason)
+    else:
+        log.warning("%s", reason)
 
 
 class GenericBackend:
@@ -186,6 +203,14 @@ class GenericBackend:
                 cache.reserve(cache.length)
             return self._forward_batch(batch)
 
+    def _project(self, x: Any, lw: LayerWeights, key: str) -> Any:
+        """BitLinear ``key`` (``"q"`` ... ``"down"``) of layer ``lw`` on ``x``, after its
+        own input RMSNorm where the model has one (``config.linear_norms``)."""
+        norm = lw.in_norms.get(key)
+        if norm is not None:
+            x = self._provider.rmsnorm(x, norm, self.config.linear_norm_eps)
+        return self._lin(x, getattr(lw, key))
+
     def _step_ids(self, token_ids: Any) -> np.ndarray:
         ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
@@ -207,7 +232,7 @@ class GenericBackend:
             [np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, counts, strict=True)]
         )
         hq, hkv, d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
-        lin, view = self._lin, self._reshape
+        lin, view = self._project, self._reshape
 
         def rows(x: Any, j: int, heads: int) -> Any:  # sequence j's rows of x [T, heads * d]
             sel = np.arange(offsets[j], offsets[j + 1], dtype=np.int64)
@@ -216,9 +241,9 @@ class GenericBackend:
         x = p.embedding(w.embedding, ids_all)
         for i, lw in enumerate(w.layers):
             h = p.rmsnorm(x, lw.attn_norm, eps)
-            q = view(lin(h, lw.q), (t, hq, d))
-            k = view(lin(h, lw.k), (t, hkv, d))
-            v = view(lin(h, lw.v), (t, hkv, d))
+            q = view(lin(h, lw, "q"), (t, hq, d))
+            k = view(lin(h, lw, "k"), (t, hkv, d))
+            v = view(lin(h, lw, "v"), (t, hkv, d))
             q = view(p.rope(q, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim), (t, hq * d))
             k = view(
                 p.rope(k, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim), (t, hkv * d)
@@ -232,12 +257,15 @@ class GenericBackend:
                 p.kv_store(
                     a, p.attention(rows(q, j, hq), k_cache, v_cache, starts[j]), int(offsets[j])
                 )
-            a = p.rmsnorm(view(a, (t, hq * d)), lw.attn_sub_norm, eps)
-            x = p.add(x, lin(a, lw.o))
+            a = view(a, (t, hq * d))
+            if lw.attn_sub_norm is not None:
+                a = p.rmsnorm(a, lw.attn_sub_norm, eps)
+            x = p.add(x, lin(a, lw, "o"))
             h = p.rmsnorm(x, lw.ffn_norm, eps)
-            f = self._ffn(lin(h, lw.gate), lin(h, lw.up))
-            f = p.rmsnorm(f, lw.ffn_sub_norm, eps)
-            x = p.add(x, lin(f, lw.down))
+            f = self._ffn(lin(h, lw, "gate"), lin(h, lw, "up"))
+            if lw.ffn_sub_norm is not None:
+                f = p.rmsnorm(f, lw.ffn_sub_norm, eps)
+            x = p.add(x, lin(f, lw, "down"))
         for n, (_, cache) in zip(counts, batch, strict=True):
             cache.advance(n)
         x = p.embedding(x, offsets[1:] - 1)  # each sequence's last token
@@ -251,26 +279,28 @@ class GenericBackend:
         cache.reserve(start + t)
         positions = np.arange(start, start + t, dtype=np.int64)
         hq, hkv, d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
-        lin, view = self._lin, self._reshape
+        lin, view = self._project, self._reshape
 
         x = p.embedding(w.embedding, ids)
         for i, lw in enumerate(w.layers):
             h = p.rmsnorm(x, lw.attn_norm, eps)
-            q = view(lin(h, lw.q), (t, hq, d))
-            k = view(lin(h, lw.k), (t, hkv, d))
-            v = view(lin(h, lw.v), (t, hkv, d))
+            q = view(lin(h, lw, "q"), (t, hq, d))
+            k = view(lin(h, lw, "k"), (t, hkv, d))
+            v = view(lin(h, lw, "v"), (t, hkv, d))
             q = p.rope(q, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim)
             k = p.rope(k, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim)
             k_cache, v_cache = cache.layer(i)
             p.kv_store(k_cache, k, start)
             p.kv_store(v_cache, v, start)
             a = view(p.attention(q, k_cache, v_cache, start), (t, hq * d))
-            a = p.rmsnorm(a, lw.attn_sub_norm, eps)
-            x = p.add(x, lin(a, lw.o))
+            if lw.attn_sub_norm is not None:
+                a = p.rmsnorm(a, lw.attn_sub_norm, eps)
+            x = p.add(x, lin(a, lw, "o"))
             h = p.rmsnorm(x, lw.ffn_norm, eps)
-            f = self._ffn(lin(h, lw.gate), lin(h, lw.up))
-            f = p.rmsnorm(f, lw.ffn_sub_norm, eps)
-            x = p.add(x, lin(f, lw.down))
+            f = self._ffn(lin(h, lw, "gate"), lin(h, lw, "up"))
+            if lw.ffn_sub_norm is not None:
+                f = p.rmsnorm(f, lw.ffn_sub_norm, eps)
+            x = p.add(x, lin(f, lw, "down"))
         cache.advance(t)
         if not all_logits and t > 1:
             x = p.embedding(x, np.array([t - 1], dtype=np.int64))  # row gather: the last token

@@ -30,7 +30,7 @@ from .. import config as names
 from ..config import BitNetConfig
 from ..errors import ConfigError
 from ..hal.weights import TernaryWeight
-from .weights import LAYER_NORMS, LAYER_TERNARY, ModelWeights, expected_shapes
+from .weights import LAYER_TERNARY, ModelWeights, expected_shapes
 
 
 def _f16_exact(x: np.ndarray | float) -> np.ndarray:
@@ -93,7 +93,7 @@ def random_weights(config: BitNetConfig, seed: int = 0) -> ModelWeights:
                 scale /= math.sqrt(2.0 * L)
             index += 1
             ternary[name] = random_ternary(name, rows, cols, _tensor_seed(seed, index), scale)
-        for pattern in LAYER_NORMS.values():
+        for pattern in config.layer_norm_tensors():  # (no sub-norms in the llama graph)
             name = pattern.format(i=i)
             dense[name] = _f16_exact(1.0 + 0.1 * rng.standard_normal(shapes[name][0]))
     dense[names.TOKEN_EMBD] = _uniform_f16(rng, (config.vocab_size, h), 1.0 / math.sqrt(h))

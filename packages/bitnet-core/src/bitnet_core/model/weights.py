@@ -44,29 +44,9 @@ LAYER_NORMS = {
 
 def expected_shapes(cfg: BitNetConfig) -> dict[str, tuple[int, ...]]:
     """GGUF name -> shape ``[rows (out), cols (in)]`` (norms 1-D) the model needs."""
-    h, kv, ff = cfg.hidden_size, cfg.kv_dim, cfg.intermediate_size
-    per_layer = {
-        names.ATTN_Q: (h, h),
-        names.ATTN_K: (kv, h),
-        names.ATTN_V: (kv, h),
-        names.ATTN_OUT: (h, h),
-        names.FFN_GATE: (ff, h),
-        names.FFN_UP: (ff, h),
-        names.FFN_DOWN: (h, ff),
-        names.ATTN_NORM: (h,),
-        names.ATTN_SUB_NORM: (h,),
-        names.FFN_NORM: (h,),
-        names.FFN_SUB_NORM: (ff,),
-    }
-    shapes: dict[str, tuple[int, ...]] = {
-        names.TOKEN_EMBD: (cfg.vocab_size, h),
-        names.OUTPUT_NORM: (h,),
-    }
-    if not cfg.tied_embeddings:
-        shapes[names.OUTPUT] = (cfg.vocab_size, h)
-    for i in range(cfg.num_layers):
-        shapes.update({k.format(i=i): v for k, v in per_layer.items()})
-    return shapes
+    from ..gguf.metadata import expected_shapes as shapes_of  # the one list of tensors
+
+    return shapes_of(cfg)
 
 
 @dataclass
@@ -130,7 +110,12 @@ class ModelWeights:
 
 @dataclass
 class LayerWeights:
-    """One layer's tensors on the device (provider handles)."""
+    """One layer's tensors on the device (provider handles).
+
+    ``attn_sub_norm``/``ffn_sub_norm`` are None in the ``llama`` graph (no sub-norms);
+    ``in_norms`` maps a BitLinear (``"q"`` ... ``"down"``) to the RMSNorm weight of its
+    input when the model has them (``use_rms_norm``), else it is empty.
+    """
 
     attn_norm: Any
     attn_sub_norm: Any
@@ -143,6 +128,7 @@ class LayerWeights:
     gate: Any
     up: Any
     down: Any
+    in_norms: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -160,7 +146,11 @@ class DeviceWeights:
     ) -> DeviceWeights:
         """``load_ternary``/``to_device`` every tensor once, with a progress bar on a terminal."""
         cfg = weights.config
-        steps = 3 + cfg.num_layers * (len(LAYER_TERNARY) + len(LAYER_NORMS))
+        norms = {k: n for k, n in LAYER_NORMS.items() if n in cfg.layer_norm_tensors()}
+        in_norms = {k: names.linear_norm_name(n) for k, n in LAYER_TERNARY.items()}
+        if not cfg.linear_norms:
+            in_norms = {}
+        steps = 3 + cfg.num_layers * (len(LAYER_TERNARY) + len(norms) + len(in_norms))
         with _progress(steps, progress, "loading " + _short(weights.source)) as bar:
 
             def dense(name: str) -> Any:
@@ -180,9 +170,11 @@ class DeviceWeights:
             output_norm = dense(names.OUTPUT_NORM)
             layers = []
             for i in range(cfg.num_layers):
-                parts = {k: dense(n.format(i=i)) for k, n in LAYER_NORMS.items()}
+                parts = {k: None for k in LAYER_NORMS}
+                parts.update({k: dense(n.format(i=i)) for k, n in norms.items()})
                 parts.update({k: ternary(n.format(i=i)) for k, n in LAYER_TERNARY.items()})
-                layers.append(LayerWeights(**parts))
+                own = {k: dense(n.format(i=i)) for k, n in in_norms.items()}
+                layers.append(LayerWeights(**parts, in_norms=own))
         return cls(embedding, head, output_norm, layers)
 
 

@@ -13,6 +13,11 @@ quantization and thread hand-off for each of q/k/v and gate/up.
 matmul and the head at once, attention per sequence; each sequence's logits
 equal its own ``forward``'s bit for bit.
 
+The ``llama`` graph (no sub-norms) runs here too: its layers hand the C++
+``None`` for ``attn_sub_norm``/``ffn_sub_norm``, which it skips. A model with
+BitLinear input norms (``use_rms_norm``) is not built here:
+``NativeCpuProvider.make_backend`` gives it to the generic engine and says so.
+
 ``BITNET_CPU_FUSED=0`` turns it off (the generic op-by-op engine runs);
 ``quantize_activations=False`` always takes the generic path (float matmuls).
 

@@ -230,7 +230,18 @@ class NativeCpuProvider(ReferenceProvider):
         """The fused C++ forward pass (``cpu_backend``), or None with ``BITNET_CPU_FUSED=0``."""
         from .cpu_backend import FusedCpuBackend, fused_enabled
 
-        return FusedCpuBackend(self, weights, **opts) if fused_enabled() else None
+        if not fused_enabled():
+            return None
+        if weights.config.linear_norms:
+            from ..model.backend import generic_engine_fallback
+
+            generic_engine_fallback(
+                self,
+                f"{self.name}: the fused forward pass has no BitLinear input norms "
+                "(use_rms_norm); the generic engine runs this model",
+            )
+            return None
+        return FusedCpuBackend(self, weights, **opts)
 
     def rope(
         self,

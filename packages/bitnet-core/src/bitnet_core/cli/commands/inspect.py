@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ...config import BitNetConfig
 from ...errors import BitnetError, ModelFileError
 from ...formats import get_codec
 from ...gguf import GGUFFile, config_from_metadata
@@ -78,14 +79,31 @@ def ternary_shares(f: GGUFFile, name: str) -> dict[str, float]:
     return {"-1": counts[0] / n, "0": counts[1] / n, "+1": counts[2] / n}
 
 
+def graph_summary(config: BitNetConfig) -> str:
+    """The layer graph a model runs, and the engines that run it (``bitnet inspect``)."""
+    parts = [
+        "bitnet: attn_sub_norm + ffn_sub_norm"
+        if config.sub_norms
+        else f"{config.arch}: no sub-norms",
+        f"{config.rope_style} rope",
+    ]
+    if config.linear_norms:
+        parts.append(
+            f"an input RMSNorm on every BitLinear (use_rms_norm, eps {config.linear_norm_eps:g}): "
+            "the fused cpu/cuda forward passes fall back to the generic engine"
+        )
+    return ", ".join(parts)
+
+
 def collect(path: str, stats: bool) -> dict[str, Any]:
     f = GGUFFile(path)
     md = f.metadata
-    config, note = None, None
+    config, note, graph = None, None, None
     try:
         embd = f.tensors.get("token_embd.weight")
         rows = embd.shape[0] if embd is not None and len(embd.shape) == 2 else None
-        config = config_from_metadata(md, f.tensor_names, f.path, rows).as_dict()
+        cfg = config_from_metadata(md, f.tensor_names, f.path, rows)
+        config, graph = cfg.as_dict(), graph_summary(cfg)
     except ModelFileError as exc:
         note = str(exc)
     tensors = [t.as_dict() for t in f.tensors.values()]
@@ -102,6 +120,7 @@ def collect(path: str, stats: bool) -> dict[str, Any]:
         "architecture": md.get("general.architecture"),
         "config": config,
         "config_error": note,
+        "graph": graph,
         "metadata": {
             k: _short(v, 200) for k, v in md.items() if not k.startswith("tokenizer.ggml.")
         },
@@ -128,6 +147,7 @@ def render(r: dict[str, Any]) -> str:
     ]
     if r["config"]:
         lines.append("config        " + ", ".join(f"{k}={v}" for k, v in r["config"].items()))
+        lines.append(f"graph         {r['graph']}")
     else:
         lines.append(f"config        not a loadable BitNet model: {r['config_error']}")
     tok = r["tokenizer"]
