@@ -139,15 +139,26 @@ class BufferPool(FreeLists):
 
     def acquire(self, nbytes: int) -> PooledBuffer:
         raw = self.take(nbytes)
+        while raw is not None and not _alive(raw):
+            raw = self.take(nbytes)
         return PooledBuffer(self._create(nbytes) if raw is None else raw, nbytes, self)
 
     def release(self, raw: Any, nbytes: int) -> None:
-        if getattr(raw, "_internal", None) is None:
-            # wgpu-py released it already: it and its PooledBuffer were garbage in one
-            # cycle (a backend and its KV cache), finalized in any order
+        if not _alive(raw):
             return
         for dropped in self.give(nbytes, raw, nbytes):
             self._forget(dropped)  # its bind groups go; the buffer is released with them
+
+
+def _alive(raw: Any) -> bool:
+    """Whether wgpu-py still holds ``raw``'s native buffer.
+
+    A buffer and the ``PooledBuffer`` holding it that are garbage in one cycle
+    (a backend, its KV cache and the bind groups naming it) are finalized in
+    any order: the buffer may be released by wgpu-py before, or after, the
+    ``PooledBuffer`` gave it back to the pool. Such a buffer is never reused.
+    """
+    return getattr(raw, "_internal", None) is not None
 
 
 def _raw(buf: Any) -> Any:
