@@ -257,6 +257,8 @@ class WebGPUBackend(GenericBackend):
             )
             self.fused = False
         self._plans: OrderedDict[tuple[Any, ...], StepPlan] = OrderedDict()
+        self._plan_of: dict[int, tuple[Any, ...]] = {}  # id(sequence) -> its latest plan's key
+        self.plans_built = 0
         if not self.fused:
             return
         self.dev = dev = provider.dev
@@ -374,7 +376,11 @@ class WebGPUBackend(GenericBackend):
 
     # --- step plans -------------------------------------------------------------------
     def _plan(self, cache: Sequence) -> StepPlan:
-        """The step plan of this cache's buffers (built on first use, kept LRU)."""
+        """The step plan of this cache's buffers (built on first use, kept LRU).
+
+        A sequence whose cache grew gets a new plan and its old one goes (the
+        old plan's bind groups would keep the old cache's memory).
+        """
         key = tuple(id(_raw(a.buffer)) for a in (*cache.k, *cache.v))
         key += (tuple(cache.k[0].shape), cache.k[0].kind)
         plan = self._plans.get(key)
@@ -382,6 +388,13 @@ class WebGPUBackend(GenericBackend):
             self._plans.move_to_end(key)
             return plan
         plan = self._build_plan(cache)
+        self.plans_built += 1
+        old = self._plan_of.get(id(cache))
+        if old is not None:
+            self._plans.pop(old, None)
+        self._plan_of[id(cache)] = key
+        if len(self._plan_of) > 4 * MAX_PLANS:  # sequences long closed
+            self._plan_of = {s: k for s, k in self._plan_of.items() if k in self._plans}
         self._plans[key] = plan
         if len(self._plans) > MAX_PLANS:
             self._plans.popitem(last=False)
