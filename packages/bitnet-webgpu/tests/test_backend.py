@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bitnet_core.config import BitNetConfig
-from bitnet_core.errors import StrictModeError
+from bitnet_core.errors import StrictModeError, UnsupportedOperationError
 from bitnet_core.hal import REGISTRY
 from bitnet_core.model import KVCacheConfig, random_weights
 from bitnet_core.model.backend import GenericBackend
@@ -61,7 +61,8 @@ def test_greedy_tokens_and_logits_equal_the_reference(kv):
     for step, (got, want) in enumerate(zip(logits, ref_logits, strict=True)):
         np.testing.assert_allclose(got, want, rtol=0, atol=LOGIT_ATOL, err_msg=f"step {step}")
     assert tokens == ref_tokens
-    assert len(backend._plans) == 3  # capacity 16, 32, 64: re-planned at each crossing
+    # capacity 16, 32, 64: re-planned at each crossing, the outgrown plans dropped
+    assert backend.plans_built == 3 and len(backend._plans) == 1
 
 
 def test_prefill_logits_of_every_position():
@@ -114,7 +115,7 @@ def test_each_sequence_of_a_batch_gets_its_own_plan_and_stays_correct():
         for row, (j, ids) in enumerate(step):
             want = ref.forward(ids, refs[j])
             np.testing.assert_allclose(got[row], want, rtol=0, atol=LOGIT_ATOL)
-    assert len(backend._plans) == 2
+    assert backend.plans_built == len(backend._plans) == 2
     for s in (*seqs, *refs):
         s.close()
 
@@ -151,3 +152,29 @@ def test_an_unsupported_head_dim_is_a_visible_fallback(monkeypatch):
     monkeypatch.setenv("BITNET_STRICT_MODE", "1")
     with pytest.raises(StrictModeError):
         _provider().make_backend(weights)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_table_larger_than_one_binding_is_bound_in_ranges(fused):
+    """The tied f16 table (200 rows of 128 bytes) on a device allowing 16 KiB a binding:
+    embedding and head run a 128-row range and a 72-row range; the same logits."""
+    cfg = BitNetConfig(
+        vocab_size=200, hidden_size=64, num_layers=1, num_heads=4, num_kv_heads=2,
+        intermediate_size=96, context_length=64,
+    )  # fmt: skip
+    weights = random_weights(cfg, seed=5)
+    p = _provider()
+    p.dev.max_binding = 16384  # as an adapter with a small max-storage-buffer-binding-size
+    kv = KVCacheConfig(dtype="float32")
+    backend = (
+        p.make_backend(weights, kv_cache=kv) if fused else GenericBackend(p, weights, kv_cache=kv)
+    )
+    ranges = p.table_ranges(backend.weights.embedding)
+    assert [(r0, n) for r0, n, _ in ranges] == [(0, 128), (128, 72)]
+    ref = GenericBackend(ReferenceProvider(), weights, kv_cache=kv)
+    prompt = [199, 3, 128, 127, 64]  # rows at both ends of both ranges
+    np.testing.assert_allclose(backend.logits(prompt), ref.logits(prompt), atol=LOGIT_ATOL)
+    big = p.to_device(np.ones((200, 64), np.float32))  # 51200 bytes: ranges of 64 rows
+    assert big.chunk_rows == 64
+    with pytest.raises(UnsupportedOperationError, match="exceeds one storage binding"):
+        p.rmsnorm(big, np.ones(64, np.float32), 1e-5)  # an op that binds it whole

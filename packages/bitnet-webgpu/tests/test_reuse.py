@@ -73,3 +73,20 @@ def test_a_freed_buffer_still_read_by_a_pending_op_is_rewritten_in_order(monkeyp
     assert p.dev.pool.hits == hits + 1  # z got x's buffer back
     np.testing.assert_allclose(p.to_host(y), a / (1 + np.exp(-a)), rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(p.to_host(z), np.full((2, 32), 100.0, np.float32))
+
+
+def test_a_buffer_released_after_it_was_pooled_is_not_handed_out(monkeypatch):
+    """A ``PooledBuffer`` and its buffer garbage in one cycle (a fused backend, its KV cache
+    and plans) are finalized in any order: wgpu-py may release the buffer after the pool
+    took it back. The pool must then make a new buffer, not hand out the dead one."""
+    monkeypatch.delenv("BITNET_WEBGPU_REUSE", raising=False)
+    p = _fresh_provider()
+    dev = p.dev
+    held = dev.buffer(4096)
+    raw = held.raw
+    del held  # back in the pool
+    raw._release()  # what the cycle collector's finalizer of the buffer does
+    again = dev.buffer(4096)
+    assert again.raw is not raw
+    x = np.arange(1024, dtype=np.float32).reshape(4, 256)
+    np.testing.assert_array_equal(p.to_host(p.add(p.to_device(x), p.to_device(x))), 2 * x)

@@ -41,7 +41,7 @@ from bitnet_core.hal.switches import env_enabled
 from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.kv_cache import Sequence
 
-from .device import Device, _raw
+from .device import Device, _entry, _raw
 from .memory import GpuArray, GpuTernary
 from .provider import WebGPUProvider
 
@@ -171,9 +171,7 @@ class PlanBuilder:
             entries = [
                 {"binding": 0, "resource": {"buffer": uniforms, "offset": off, "size": len(raw)}}
             ]
-            entries += [
-                {"binding": i + 1, "resource": {"buffer": _raw(b)}} for i, b in enumerate(buffers)
-            ]
+            entries += [_entry(i + 1, b) for i, b in enumerate(buffers)]
             bind = dev.device.create_bind_group(
                 layout=pipe.get_bind_group_layout(0), entries=entries
             )
@@ -257,6 +255,8 @@ class WebGPUBackend(GenericBackend):
             )
             self.fused = False
         self._plans: OrderedDict[tuple[Any, ...], StepPlan] = OrderedDict()
+        self._plan_of: dict[int, tuple[Any, ...]] = {}  # id(sequence) -> its latest plan's key
+        self.plans_built = 0
         if not self.fused:
             return
         self.dev = dev = provider.dev
@@ -374,7 +374,11 @@ class WebGPUBackend(GenericBackend):
 
     # --- step plans -------------------------------------------------------------------
     def _plan(self, cache: Sequence) -> StepPlan:
-        """The step plan of this cache's buffers (built on first use, kept LRU)."""
+        """The step plan of this cache's buffers (built on first use, kept LRU).
+
+        A sequence whose cache grew gets a new plan and its old one goes (the
+        old plan's bind groups would keep the old cache's memory).
+        """
         key = tuple(id(_raw(a.buffer)) for a in (*cache.k, *cache.v))
         key += (tuple(cache.k[0].shape), cache.k[0].kind)
         plan = self._plans.get(key)
@@ -382,6 +386,13 @@ class WebGPUBackend(GenericBackend):
             self._plans.move_to_end(key)
             return plan
         plan = self._build_plan(cache)
+        self.plans_built += 1
+        old = self._plan_of.get(id(cache))
+        if old is not None:
+            self._plans.pop(old, None)
+        self._plan_of[id(cache)] = key
+        if len(self._plan_of) > 4 * MAX_PLANS:  # sequences long closed
+            self._plan_of = {s: k for s, k in self._plan_of.items() if k in self._plans}
         self._plans[key] = plan
         if len(self._plans) > MAX_PLANS:
             self._plans.popitem(last=False)
@@ -401,10 +412,8 @@ class WebGPUBackend(GenericBackend):
         splits = split_count(int(cache.k[0].shape[0]), self.keys_per_split)
         pb = PlanBuilder(dev)
 
-        emb = self.weights.embedding
-        emb_f16 = emb.kind == "f16"
-        emb_params = np.array([1, hidden, emb.row_words if emb_f16 else hidden, emb_f16], u32)
-        pb.add("embedding", emb_params, [emb.buffer, b.inp, b.x], (-(-hidden // 64), 1, 1))
+        for params, binding in p.embedding_params(self.weights.embedding, 1):
+            pb.add("embedding", params, [binding, b.inp, b.x], (-(-hidden // 64), 1, 1))
 
         def norm_quant(x: Any, g: GpuArray, k: int, out: tuple[Any, Any, Any]) -> None:
             params = np.array([k, q8_words(k), eps, 0], u32)
@@ -462,10 +471,6 @@ class WebGPUBackend(GenericBackend):
         norm = np.zeros(4, u32)
         norm[:3] = (hidden, 1, eps)
         pb.add("rmsnorm", norm, [b.x, self.weights.output_norm.buffer, b.head_x], (1, 1, 1))
-        head = self.weights.head
-        head_f16 = head.kind == "f16"
-        groups, defines = p._matmul_groups(cfg.vocab_size, 1)
-        head_kw = head.row_words if head_f16 else hidden
-        dense = np.array([cfg.vocab_size, hidden, 1, head_kw, head_f16, groups[0], 0, 0], u32)
-        pb.add("matmul_dense", dense, [head.buffer, b.head_x, b.logits], groups, defines)
+        for params, binding, groups, defines in p.dense_params(self.weights.head, 1):
+            pb.add("matmul_dense", params, [binding, b.head_x, b.logits], groups, defines)
         return pb.build()

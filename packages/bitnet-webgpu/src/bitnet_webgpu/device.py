@@ -139,19 +139,50 @@ class BufferPool(FreeLists):
 
     def acquire(self, nbytes: int) -> PooledBuffer:
         raw = self.take(nbytes)
+        while raw is not None and not _alive(raw):
+            raw = self.take(nbytes)
         return PooledBuffer(self._create(nbytes) if raw is None else raw, nbytes, self)
 
     def release(self, raw: Any, nbytes: int) -> None:
-        if getattr(raw, "_internal", None) is None:
-            # wgpu-py released it already: it and its PooledBuffer were garbage in one
-            # cycle (a backend and its KV cache), finalized in any order
+        if not _alive(raw):
             return
         for dropped in self.give(nbytes, raw, nbytes):
             self._forget(dropped)  # its bind groups go; the buffer is released with them
 
 
+def _alive(raw: Any) -> bool:
+    """Whether wgpu-py still holds ``raw``'s native buffer.
+
+    A buffer and the ``PooledBuffer`` holding it that are garbage in one cycle
+    (a backend, its KV cache and the bind groups naming it) are finalized in
+    any order: the buffer may be released by wgpu-py before, or after, the
+    ``PooledBuffer`` gave it back to the pool. Such a buffer is never reused.
+    """
+    return getattr(raw, "_internal", None) is not None
+
+
+@dataclass(frozen=True)
+class BufferRange:
+    """Bytes ``[offset, offset + size)`` of a buffer, bound as one storage binding."""
+
+    buffer: Any
+    offset: int
+    size: int
+
+
 def _raw(buf: Any) -> Any:
+    if isinstance(buf, BufferRange):
+        buf = buf.buffer
     return buf.raw if isinstance(buf, PooledBuffer) else buf
+
+
+def _entry(binding: int, buf: Any) -> dict[str, Any]:
+    """A bind group entry for a buffer, or for a ``BufferRange`` of one."""
+    if isinstance(buf, BufferRange):
+        resource = {"buffer": _raw(buf), "offset": buf.offset, "size": buf.size}
+    else:
+        resource = {"buffer": _raw(buf)}
+    return {"binding": binding, "resource": resource}
 
 
 class Device:
@@ -176,6 +207,7 @@ class Device:
         except Exception as exc:
             raise ProviderError(f"wgpu request_device failed: {exc}") from exc
         self.max_binding = int(limits["max-storage-buffer-binding-size"])
+        self.max_buffer = int(limits["max-buffer-size"])
         self.max_workgroups = int(lim["max-compute-workgroups-per-dimension"])
         self._pipelines: dict[tuple[str, frozenset[str]], Any] = {}
         self.dot4 = self._supports_dot4()
@@ -213,11 +245,14 @@ class Device:
         return True
 
     # --- buffers -----------------------------------------------------------
-    def check_size(self, nbytes: int, what: str) -> None:
-        if nbytes > self.max_binding:
+    def check_size(self, nbytes: int, what: str, bound_whole: bool = True) -> None:
+        """A buffer bound whole must fit one binding; one bound in ranges, one buffer."""
+        limit = self.max_binding if bound_whole else self.max_buffer
+        if nbytes > limit:
+            name = "storage-buffer-binding" if bound_whole else "buffer"
             raise ProviderError(
                 f"{what} needs {nbytes} bytes in one storage buffer; this WebGPU adapter allows "
-                f"{self.max_binding} (max-storage-buffer-binding-size): the model is too large for it"
+                f"{limit} (max-{name}-size): the model is too large for it"
             )
 
     def _create_buffer(self, nbytes: int) -> Any:
@@ -230,11 +265,12 @@ class Device:
         self.check_size(nbytes, what)
         return self.pool.acquire(nbytes) if self.reuse else self._create_buffer(nbytes)
 
-    def upload(self, data: np.ndarray, what: str = "array") -> Any:
+    def upload(self, data: np.ndarray, what: str = "array", bound_whole: bool = True) -> Any:
+        """A buffer holding ``data`` (``bound_whole=False``: bound in ranges, a large table)."""
         raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
         if raw.size % 16:
             raw = np.concatenate([raw, np.zeros(16 - raw.size % 16, np.uint8)])
-        self.check_size(raw.size, what)
+        self.check_size(raw.size, what, bound_whole)
         if self.reuse and raw.size <= STAGE_MAX_UPLOAD:
             if self._staged + raw.size > STAGE_BYTES:
                 self.flush()
@@ -298,7 +334,8 @@ class Device:
 
     def _bind_group(self, pipe: Any, key: tuple, off: int, size: int, buffers: list[Any]) -> Any:
         raws = tuple(_raw(b) for b in buffers)
-        key = (*key, off, size, tuple(id(r) for r in raws))
+        ranges = tuple((b.offset, b.size) if isinstance(b, BufferRange) else () for b in buffers)
+        key = (*key, off, size, tuple(id(r) for r in raws), ranges)
         hit = self._binds.get(key) if self.reuse else None
         if hit is not None:
             self.bind_hits += 1
@@ -308,7 +345,7 @@ class Device:
         entries = [
             {"binding": 0, "resource": {"buffer": self._params, "offset": off, "size": size}}
         ]
-        entries += [{"binding": i + 1, "resource": {"buffer": b}} for i, b in enumerate(raws)]
+        entries += [_entry(i + 1, b) for i, b in enumerate(buffers)]
         bind = self.device.create_bind_group(layout=pipe.get_bind_group_layout(0), entries=entries)
         if self.reuse:  # the entry holds its buffers, so their ids stay theirs while it lives
             self._binds[key] = (bind, raws)

@@ -18,6 +18,8 @@ from bitnet_core.errors import ShapeError, UnsupportedOperationError
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.sdk.packing import PACKINGS
 
+from .device import BufferRange
+
 
 @dataclass(eq=False)
 class GpuArray:
@@ -34,6 +36,8 @@ class GpuArray:
     kind: str
     row_words: int = 0
     xsum: Any = None
+    #: a table larger than one binding: rows bound per range (a multiple of 64), else 0
+    chunk_rows: int = 0
 
     @property
     def size(self) -> int:
@@ -64,15 +68,46 @@ class WebGPUMemory:
             even = cols + (cols % 2)
             padded = np.zeros((rows, even), dtype=np.float16)
             padded[:, :cols] = a
-            buf = self.dev.upload(padded, "f16 table")
-            return GpuArray(buf, a.shape, "f16", row_words=even // 2)
+            return self._table(padded, a.shape, "f16", even // 2, "f16 table")
         if a.dtype == np.int8 and a.ndim == 2:
             return self._upload_q8(a)
         if np.issubdtype(a.dtype, np.integer):
             return GpuArray(self.dev.upload(a.astype(np.int32), "int array"), a.shape, "i32")
         a32 = np.ascontiguousarray(a, dtype=np.float32)
-        kind_words = a32.shape[-1] if a32.ndim == 2 else 0
-        return GpuArray(self.dev.upload(a32, "array"), a.shape, "f32", row_words=kind_words)
+        if a32.ndim == 2:
+            return self._table(a32, a.shape, "f32", a32.shape[1], "array")
+        return GpuArray(self.dev.upload(a32, "array"), a.shape, "f32")
+
+    def _table(
+        self, host: np.ndarray, shape: tuple[int, ...], kind: str, row_words: int, what: str
+    ) -> GpuArray:
+        """A 2-D array; one larger than a storage binding (a 128k-token embedding table on
+        an adapter with the 128 MiB default) is bound in ranges of ``chunk_rows`` rows."""
+        row_bytes = max(1, row_words) * 4
+        chunk = 0
+        if shape[0] * row_bytes > self.dev.max_binding:
+            chunk = self.dev.max_binding // row_bytes // 64 * 64
+            if not chunk:
+                self.dev.check_size(64 * row_bytes, f"{what} (64 rows)")
+        buf = self.dev.upload(host, what, bound_whole=not chunk)
+        return GpuArray(buf, tuple(shape), kind, row_words=row_words, chunk_rows=chunk)
+
+    def table_ranges(self, table: GpuArray) -> list[tuple[int, int, Any]]:
+        """``(first row, rows, binding)`` of each range of ``table`` (one: the whole buffer)."""
+        rows = table.shape[0]
+        if not table.chunk_rows:
+            return [(0, rows, table.buffer)]
+        row_bytes = table.row_words * 4
+        return [
+            (
+                r,
+                min(table.chunk_rows, rows - r),
+                BufferRange(
+                    table.buffer, r * row_bytes, min(table.chunk_rows, rows - r) * row_bytes
+                ),
+            )
+            for r in range(0, rows, table.chunk_rows)
+        ]
 
     def _upload_q8(self, xq: np.ndarray) -> GpuArray:
         t, k = xq.shape
@@ -144,5 +179,10 @@ class WebGPUMemory:
         if isinstance(x, GpuArray):
             if x.kind != "f32":
                 raise UnsupportedOperationError(f"webgpu: expected a float32 array, got {x.kind}")
+            if x.chunk_rows:
+                raise UnsupportedOperationError(
+                    f"webgpu: a {x.shape} array exceeds one storage binding; only embedding "
+                    "and matmul_dense read such a table"
+                )
             return x
         return self.to_device(np.asarray(x, dtype=np.float32))

@@ -89,14 +89,20 @@ class WebGPUProvider(
         if ids.size == 0:
             return out
         idb = self.dev.upload(ids.astype(np.int32), "token ids")
-        f16 = 1 if table.kind == "f16" else 0
-        kw = table.row_words if f16 else d
-        params = np.array([ids.size, d, kw, f16], dtype=np.uint32)
         total = ids.size * d
-        self.dev.dispatch(
-            "embedding", params, [table.buffer, idb, out.buffer], (-(-total // 64), 1, 1)
-        )
+        for params, binding in self.embedding_params(table, ids.size):
+            bufs = [binding, idb, out.buffer]
+            self.dev.dispatch("embedding", params, bufs, (-(-total // 64), 1, 1))
         return out
+
+    def embedding_params(self, table: GpuArray, t: int) -> list[tuple[np.ndarray, Any]]:
+        """(parameters, table binding) of each embedding dispatch over ``table``'s ranges."""
+        f16 = 1 if table.kind == "f16" else 0
+        kw = table.row_words if f16 else table.shape[1]
+        return [
+            (np.array([t, table.shape[1], kw, f16, row0, rows, 0, 0], dtype=np.uint32), binding)
+            for row0, rows, binding in self.table_ranges(table)
+        ]
 
     def rmsnorm(self, x: Any, weight: Any, eps: float) -> GpuArray:
         x, g = self._f32(x), self._f32(weight)
@@ -170,13 +176,21 @@ class WebGPUProvider(
         n = table.shape[0]
         out = self._new((t, n))
         if t and n:
-            f16 = 1 if table.kind == "f16" else 0
-            kw = table.row_words if f16 else k
-            groups, defines = self._matmul_groups(n, t)
-            params = np.array([n, k, t, kw, f16, groups[0], 0, 0], dtype=np.uint32)
-            self.dev.dispatch(
-                "matmul_dense", params, [table.buffer, x.buffer, out.buffer], groups, defines
-            )
+            for params, binding, groups, defines in self.dense_params(table, t):
+                bufs = [binding, x.buffer, out.buffer]
+                self.dev.dispatch("matmul_dense", params, bufs, groups, defines)
+        return out
+
+    def dense_params(self, table: GpuArray, t: int) -> list[tuple[Any, ...]]:
+        """(parameters, table binding, grid, defines) of each matmul_dense dispatch."""
+        f16 = 1 if table.kind == "f16" else 0
+        n, k = table.shape
+        kw = table.row_words if f16 else k
+        out = []
+        for row0, rows, binding in self.table_ranges(table):
+            groups, defines = self._matmul_groups(rows, t)
+            params = np.array([rows, k, t, kw, f16, groups[0], row0, n], dtype=np.uint32)
+            out.append((params, binding, groups, defines))
         return out
 
     def rope(

@@ -1,6 +1,8 @@
 // y[t, n] = sum_k x[t, k] * table[n, k] for an f32 or f16 (u32-paired) table.
 // One workgroup per output row n (x + z * gx) and tile of TT tokens.
-struct Params { n: u32, k: u32, t: u32, kw: u32, f16: u32, gx: u32, p1: u32, p2: u32 }
+// `table` holds rows [row0, row0 + n) of a table of n_total rows (bound a range at a time
+// when larger than one binding); y is [t, n_total].
+struct Params { n: u32, k: u32, t: u32, kw: u32, f16: u32, gx: u32, row0: u32, n_total: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> table: array<u32>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
@@ -29,7 +31,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         } else {
             for (var k = 0u; k < p.k; k++) { acc += bitcast<f32>(table[row + k]) * x[t * p.k + k]; }
         }
-        y[t * p.n + n] = acc;
+        y[t * p.n_total + p.row0 + n] = acc;
     }
 #else
     let n = wg.x + wg.z * p.gx;
@@ -69,7 +71,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     }
     if (tid < TT) {
         let t = t0 + tid;
-        if (t < p.t) { y[t * p.n + n] = red[tid * WG]; }
+        if (t < p.t) { y[t * p.n_total + p.row0 + n] = red[tid * WG]; }
     }
 #endif
 }
