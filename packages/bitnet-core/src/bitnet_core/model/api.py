@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import ModelFileError, TokenizerError
 from ..hal.selection import Selection, StartupSummary, prefetch, select
+from ..sdk.trace import LaunchTrace
 from .backend import GenericBackend
 from .generation import GenerationStats, Session, generate_tokens, stream_text
 from .kv_cache import KVCacheConfig
@@ -114,6 +115,9 @@ class Model:
         self.load_s = load_s
         self.last_stats: GenerationStats | None = None
         self.last_params: SamplingParams | None = None
+        trace = getattr(self.provider, "trace", None)
+        #: where the provider's trace stood when this model was made (its receipt's start)
+        self.trace_mark = trace.mark() if isinstance(trace, LaunchTrace) else None
 
     @classmethod
     def from_weights(

@@ -32,7 +32,7 @@ from ..atomic_file import ordinary_mode
 from ..errors import StrictModeError, ValidationError
 from ..hal.provider import KERNEL_INVENTORY
 from ..hal.selection import strict_mode
-from ..sdk.trace import LaunchTrace
+from ..sdk.trace import LaunchTrace, TraceMark
 
 SCHEMA = "bitnet.receipt/1"
 COMPUTE_PATHS = ("real", "fake")
@@ -63,17 +63,26 @@ def launch_trace(provider: Any) -> LaunchTrace | None:
     return trace if isinstance(trace, LaunchTrace) else None
 
 
-def kernel_names(provider: Any) -> list[str]:
-    """The kernels the provider ran on its device: its trace's; for a provider that keeps
-    no trace, its own ``kernel_names()``, else the protocol ops it has (a partial
-    provider's host ops are ``host_ops``)."""
+def kernel_names(provider: Any, since: TraceMark | None = None) -> list[str]:
+    """The kernels the provider ran on its device (after ``since``): its trace's; for a
+    provider that keeps no trace, its own ``kernel_names()``, else the protocol ops it
+    has (a partial provider's host ops are ``host_ops``)."""
     trace = launch_trace(provider)
     if trace is not None:
-        return trace.kernel_names()
+        return trace.kernels_since(since) if since is not None else trace.kernel_names()
     own = getattr(provider, "kernel_names", None)
     if callable(own):
         return list(own())
     return [op for op in KERNEL_INVENTORY if callable(getattr(provider, op, None))]
+
+
+def _since(trace: LaunchTrace | None, mark: TraceMark | None, what: str) -> Any:
+    """The trace's ``submissions`` or ``fallbacks`` after ``mark`` (all without one)."""
+    if trace is None:
+        return None
+    if mark is None:
+        return trace.submissions if what == "submissions" else list(trace.fallbacks)
+    return getattr(trace, f"{what}_since")(mark)
 
 
 def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
@@ -83,6 +92,8 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
     fake = bool(summary.fake) if summary is not None else False
     avail = model.availability
     trace = launch_trace(provider)
+    # what ran since the model was made (the provider may have run other models before)
+    mark = getattr(model, "trace_mark", None)
     path = getattr(model, "path", None)
     receipt = {
         "schema": SCHEMA,
@@ -97,9 +108,9 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
             or getattr(provider, "device_kind", ""),
             "device": getattr(avail, "device", ""),
             "backend": type(model.backend).__name__,
-            "kernels": kernel_names(provider),
-            "submissions": trace.submissions if trace is not None else None,
-            "fallbacks": list(trace.fallbacks) if trace is not None else [],
+            "kernels": kernel_names(provider, mark),
+            "submissions": _since(trace, mark, "submissions"),
+            "fallbacks": _since(trace, mark, "fallbacks") or [],
             "host_ops": list(getattr(provider, "host_ops", ())),
             "host_calls": dict(getattr(provider, "host_calls", {})),
             "quantize_activations": model.quantize_activations,

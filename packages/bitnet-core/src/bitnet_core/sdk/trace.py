@@ -43,6 +43,8 @@ class LaunchTrace:
     records: int = 0
     #: an op of the provider is running (the ops it calls are not recorded apart)
     in_op: bool = False
+    #: how often each fallback was taken
+    fallback_counts: Counter[str] = field(default_factory=Counter)
 
     def kernel(self, name: str, count: int = 1) -> None:
         """``count`` launches (or recordings) of the kernel ``name``."""
@@ -57,6 +59,7 @@ class LaunchTrace:
         """A faster path was given up: an error in strict mode, else logged and kept."""
         if strict_mode():
             raise StrictModeError(f"fallback under BITNET_STRICT_MODE: {reason}")
+        self.fallback_counts[reason] += 1
         if reason not in self.fallbacks:
             log.warning("%s", reason)
             self.fallbacks.append(reason)
@@ -64,3 +67,27 @@ class LaunchTrace:
     def kernel_names(self) -> list[str]:
         """The kernels seen so far, sorted."""
         return sorted(self.kernels)
+
+    def mark(self) -> TraceMark:
+        """Where the trace stands now (``*_since`` tell what ran after: a receipt's run)."""
+        return TraceMark(Counter(self.kernels), self.submissions, Counter(self.fallback_counts))
+
+    def kernels_since(self, mark: TraceMark) -> list[str]:
+        """The kernels launched after ``mark``, sorted."""
+        return sorted(k for k, n in self.kernels.items() if n > mark.kernels.get(k, 0))
+
+    def submissions_since(self, mark: TraceMark) -> int:
+        return self.submissions - mark.submissions
+
+    def fallbacks_since(self, mark: TraceMark) -> list[str]:
+        """The fallbacks taken after ``mark`` (again or for the first time)."""
+        return [r for r in self.fallbacks if self.fallback_counts[r] > mark.fallbacks.get(r, 0)]
+
+
+@dataclass(frozen=True)
+class TraceMark:
+    """A trace's kernel counts, submissions and fallback counts at one moment."""
+
+    kernels: Counter[str]
+    submissions: int
+    fallbacks: Counter[str]
