@@ -118,6 +118,8 @@ class Model:
         trace = getattr(self.provider, "trace", None)
         #: where the provider's trace stood when this model was made (its receipt's start)
         self.trace_mark = trace.mark() if isinstance(trace, LaunchTrace) else None
+        #: the host ops a partial provider had run by then (``hal.placement``)
+        self.host_calls_mark = dict(getattr(self.provider, "host_calls", {}))
 
     @classmethod
     def from_weights(

@@ -85,6 +85,12 @@ def _since(trace: LaunchTrace | None, mark: TraceMark | None, what: str) -> Any:
     return getattr(trace, f"{what}_since")(mark)
 
 
+def _host_calls_since(provider: Any, mark: dict[str, int]) -> dict[str, int]:
+    """The host ops a partial provider ran after ``mark`` (its ``host_calls`` then)."""
+    calls = getattr(provider, "host_calls", {})
+    return {op: n - mark.get(op, 0) for op, n in calls.items() if n > mark.get(op, 0)}
+
+
 def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
     """The receipt of ``model``'s run described by ``stats`` (a ``GenerationStats``)."""
     provider = model.provider
@@ -112,7 +118,7 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
             "submissions": _since(trace, mark, "submissions"),
             "fallbacks": _since(trace, mark, "fallbacks") or [],
             "host_ops": list(getattr(provider, "host_ops", ())),
-            "host_calls": dict(getattr(provider, "host_calls", {})),
+            "host_calls": _host_calls_since(provider, getattr(model, "host_calls_mark", {})),
             "quantize_activations": model.quantize_activations,
         },
         "model": {
