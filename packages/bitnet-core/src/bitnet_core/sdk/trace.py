@@ -23,6 +23,7 @@ and after each decode step.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -39,17 +40,23 @@ class LaunchTrace:
     kernels: Counter[str] = field(default_factory=Counter)
     submissions: int = 0
     fallbacks: list[str] = field(default_factory=list)
-    #: every ``kernel`` call so far (an op that saw it change named its own kernels)
-    records: int = 0
-    #: an op of the provider is running (the ops it calls are not recorded apart)
-    in_op: bool = False
+    #: per thread: ``records``, the ``kernel`` calls so far (an op that saw it change
+    #: named its own kernels), and ``in_op``, an op of the provider is running (the
+    #: ops it calls are not recorded apart)
+    thread: threading.local = field(default_factory=threading.local, repr=False, compare=False)
     #: how often each fallback was taken
     fallback_counts: Counter[str] = field(default_factory=Counter)
+
+    def __getstate__(self) -> dict:  # a thread's state does not travel (pickle, copy)
+        return {k: v for k, v in self.__dict__.items() if k != "thread"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, thread=threading.local())
 
     def kernel(self, name: str, count: int = 1) -> None:
         """``count`` launches (or recordings) of the kernel ``name``."""
         self.kernels[name] += count
-        self.records += 1
+        self.thread.records = getattr(self.thread, "records", 0) + 1
 
     def submit(self, count: int = 1) -> None:
         """``count`` submissions to the device's queue."""
