@@ -147,7 +147,9 @@ def test_a_model_on_a_partial_provider_runs_its_matmuls_and_the_receipt_says_so(
 
     weights = random_weights(strict_config("silu"), seed=2)
     device = MatmulOnly()
-    model = Model(GenericBackend(place(device, REF), weights))
+    placed = place(device, REF)
+    placed.add(placed.to_device(np.ones(2, np.float32)), placed.to_device(np.ones(2, np.float32)))
+    model = Model(GenericBackend(placed, weights))
     want = Model(GenericBackend(ReferenceProvider(), weights))
     prompt = [1, 2, 3]
     assert model.generate_ids(prompt, max_tokens=4, temperature=0) == want.generate_ids(
@@ -158,3 +160,4 @@ def test_a_model_on_a_partial_provider_runs_its_matmuls_and_the_receipt_says_so(
     assert device.trace.kernels["matmul_i2s"] > 0
     assert "linear" not in prov["host_calls"] and "linear" not in prov["host_ops"]
     assert {"attention", "rmsnorm", "quantize_act"} <= set(prov["host_calls"])
+    assert prov["host_calls"]["add"] == placed.host_calls["add"] - 1  # not the call before it

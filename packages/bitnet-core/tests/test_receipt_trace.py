@@ -18,6 +18,7 @@ from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.receipt import build_receipt, validate
 from bitnet_core.providers.reference import ReferenceProvider
 from bitnet_core.sdk.provider import TRACED_OPS
+from bitnet_core.testing.strict import strict_config
 
 #: what the generic engine calls for a silu model with int8 activations (model/backend.py);
 #: the ops an op calls itself (the reference's linear: quantize_act, matmul_i2s) are part of it
@@ -164,3 +165,19 @@ def test_bench_profile_reports_per_step_figures(model_file, capsys, clean_regist
     assert "decode step: host " in out and " wall " in out and "submissions " in out
     assert main([*argv, "--device", device, "--json"]) == 0
     assert "profile" not in json.loads(capsys.readouterr().out)
+
+
+def test_a_receipt_lists_what_its_model_ran_not_what_ran_before_on_the_provider():
+    provider = ReferenceProvider()
+    relu = Model(GenericBackend(provider, random_weights(strict_config("relu2"), seed=1)))
+    relu.generate_ids([1, 2], max_tokens=2, temperature=0)
+    provider.trace.fallback("an earlier model's fallback")
+    silu = Model(GenericBackend(provider, random_weights(strict_config("silu"), seed=1)))
+    silu.generate_ids([1, 2], max_tokens=2, temperature=0)
+    assert "relu2_mul" in provider.trace.kernels  # the provider's whole life
+    prov = silu.receipt()["provider"]
+    assert "silu_mul" in prov["kernels"] and "relu2_mul" not in prov["kernels"]
+    assert prov["fallbacks"] == []
+    assert "relu2_mul" in relu.receipt()["provider"]["kernels"]
+    provider.trace.fallback("an earlier model's fallback")  # taken again: this run's too
+    assert silu.receipt()["provider"]["fallbacks"] == ["an earlier model's fallback"]

@@ -42,7 +42,7 @@ def test_mark_counts_only_what_ran_after_it() -> None:
     mark = p.trace.mark()
     p.trace.kernel("rmsnorm")
     p.trace.kernel("silu_mul")
-    assert p.trace.kernel_names(since=mark) == ["rmsnorm", "silu_mul"]
+    assert p.trace.kernels_since(mark) == ["rmsnorm", "silu_mul"]
     assert p.trace.kernel_names() == ["relu2_mul", "rmsnorm", "silu_mul"]
 
 
@@ -59,3 +59,32 @@ def test_receipt_lists_its_own_models_kernels_on_a_shared_provider() -> None:
     silu.generate_ids([1, 2, 3], max_tokens=2, temperature=0)
     kernels = silu.receipt()["provider"]["kernels"]
     assert "silu_mul" in kernels and "relu2_mul" not in kernels
+
+
+def test_ops_record_per_thread_and_a_trace_pickles() -> None:
+    """An op in one thread is recorded though another thread records kernels meanwhile."""
+    import pickle
+    import threading
+
+    import numpy as np
+
+    from bitnet_core.providers.reference import ReferenceProvider
+
+    class Slow(ReferenceProvider, name="slow-trace-test", family="slow-trace-test"):
+        def add(self, a, b):
+            started.set()
+            resume.wait(5)
+            return super().add(a, b)
+
+    started, resume = threading.Event(), threading.Event()
+    p = Slow()
+    x = np.ones(4, np.float32)
+    worker = threading.Thread(target=p.add, args=(x, x))
+    worker.start()
+    assert started.wait(5)
+    p.trace.kernel("fused_elsewhere")  # another thread names a kernel mid-op
+    resume.set()
+    worker.join(5)
+    assert p.trace.kernel_names() == ["add", "fused_elsewhere"]
+    copy = pickle.loads(pickle.dumps(p.trace))
+    assert copy.kernels == p.trace.kernels and copy.thread is not p.trace.thread

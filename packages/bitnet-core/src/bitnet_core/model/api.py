@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import ModelFileError, TokenizerError
 from ..hal.selection import Selection, StartupSummary, prefetch, select
+from ..sdk.trace import LaunchTrace
 from .backend import GenericBackend
 from .generation import GenerationStats, Session, generate_tokens, stream_text
 from .kv_cache import KVCacheConfig
@@ -114,9 +115,11 @@ class Model:
         self.load_s = load_s
         self.last_stats: GenerationStats | None = None
         self.last_params: SamplingParams | None = None
-        trace = getattr(backend.provider, "trace", None)
-        #: the provider's trace when this model was made: its receipt lists what ran since
-        self.trace_mark = trace.mark() if hasattr(trace, "mark") else None
+        trace = getattr(self.provider, "trace", None)
+        #: where the provider's trace stood when this model was made (its receipt's start)
+        self.trace_mark = trace.mark() if isinstance(trace, LaunchTrace) else None
+        #: the host ops a partial provider had run by then (``hal.placement``)
+        self.host_calls_mark = dict(getattr(self.provider, "host_calls", {}))
 
     @classmethod
     def from_weights(

@@ -64,16 +64,31 @@ def launch_trace(provider: Any) -> LaunchTrace | None:
 
 
 def kernel_names(provider: Any, since: TraceMark | None = None) -> list[str]:
-    """The kernels the provider ran on its device: its trace's; for a provider that keeps
-    no trace, its own ``kernel_names()``, else the protocol ops it has (a partial
-    provider's host ops are ``host_ops``). ``since``: only those run after that mark."""
+    """The kernels the provider ran on its device (after ``since``): its trace's; for a
+    provider that keeps no trace, its own ``kernel_names()``, else the protocol ops it
+    has (a partial provider's host ops are ``host_ops``)."""
     trace = launch_trace(provider)
     if trace is not None:
-        return trace.kernel_names(since)
+        return trace.kernels_since(since) if since is not None else trace.kernel_names()
     own = getattr(provider, "kernel_names", None)
     if callable(own):
         return list(own())
     return [op for op in KERNEL_INVENTORY if callable(getattr(provider, op, None))]
+
+
+def _since(trace: LaunchTrace | None, mark: TraceMark | None, what: str) -> Any:
+    """The trace's ``submissions`` or ``fallbacks`` after ``mark`` (all without one)."""
+    if trace is None:
+        return None
+    if mark is None:
+        return trace.submissions if what == "submissions" else list(trace.fallbacks)
+    return getattr(trace, f"{what}_since")(mark)
+
+
+def _host_calls_since(provider: Any, mark: dict[str, int]) -> dict[str, int]:
+    """The host ops a partial provider ran after ``mark`` (its ``host_calls`` then)."""
+    calls = getattr(provider, "host_calls", {})
+    return {op: n - mark.get(op, 0) for op, n in calls.items() if n > mark.get(op, 0)}
 
 
 def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
@@ -83,7 +98,8 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
     fake = bool(summary.fake) if summary is not None else False
     avail = model.availability
     trace = launch_trace(provider)
-    mark = getattr(model, "trace_mark", None)  # kernels and submissions of this model's runs
+    # what ran since the model was made (the provider may have run other models before)
+    mark = getattr(model, "trace_mark", None)
     path = getattr(model, "path", None)
     receipt = {
         "schema": SCHEMA,
@@ -99,12 +115,10 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
             "device": getattr(avail, "device", ""),
             "backend": type(model.backend).__name__,
             "kernels": kernel_names(provider, mark),
-            "submissions": trace.submissions - (mark.submissions if mark else 0)
-            if trace is not None
-            else None,
-            "fallbacks": list(trace.fallbacks) if trace is not None else [],
+            "submissions": _since(trace, mark, "submissions"),
+            "fallbacks": _since(trace, mark, "fallbacks") or [],
             "host_ops": list(getattr(provider, "host_ops", ())),
-            "host_calls": dict(getattr(provider, "host_calls", {})),
+            "host_calls": _host_calls_since(provider, getattr(model, "host_calls_mark", {})),
             "quantize_activations": model.quantize_activations,
         },
         "model": {

@@ -41,15 +41,16 @@ def _traced(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     @functools.wraps(fn)
     def op(self: Any, *args: Any, **kwargs: Any) -> Any:
         trace = self.trace
-        if trace.in_op:  # called by another op (linear's quantize_act): that one is recorded
+        here = trace.thread  # this thread's: other threads' ops do not count here
+        if getattr(here, "in_op", False):  # called by another op (linear's quantize_act)
             return fn(self, *args, **kwargs)
-        before = trace.records
-        trace.in_op = True
+        before = getattr(here, "records", 0)
+        here.in_op = True
         try:
             out = fn(self, *args, **kwargs)
         finally:
-            trace.in_op = False
-        if trace.records == before:  # the op named no kernel: it stands for its own
+            here.in_op = False
+        if getattr(here, "records", 0) == before:  # it named no kernel: it stands for its own
             trace.kernel(name)
         return out
 

@@ -23,6 +23,7 @@ and after each decode step.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -39,15 +40,23 @@ class LaunchTrace:
     kernels: Counter[str] = field(default_factory=Counter)
     submissions: int = 0
     fallbacks: list[str] = field(default_factory=list)
-    #: every ``kernel`` call so far (an op that saw it change named its own kernels)
-    records: int = 0
-    #: an op of the provider is running (the ops it calls are not recorded apart)
-    in_op: bool = False
+    #: per thread: ``records``, the ``kernel`` calls so far (an op that saw it change
+    #: named its own kernels), and ``in_op``, an op of the provider is running (the
+    #: ops it calls are not recorded apart)
+    thread: threading.local = field(default_factory=threading.local, repr=False, compare=False)
+    #: how often each fallback was taken
+    fallback_counts: Counter[str] = field(default_factory=Counter)
+
+    def __getstate__(self) -> dict:  # a thread's state does not travel (pickle, copy)
+        return {k: v for k, v in self.__dict__.items() if k != "thread"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, thread=threading.local())
 
     def kernel(self, name: str, count: int = 1) -> None:
         """``count`` launches (or recordings) of the kernel ``name``."""
         self.kernels[name] += count
-        self.records += 1
+        self.thread.records = getattr(self.thread, "records", 0) + 1
 
     def submit(self, count: int = 1) -> None:
         """``count`` submissions to the device's queue."""
@@ -57,25 +66,35 @@ class LaunchTrace:
         """A faster path was given up: an error in strict mode, else logged and kept."""
         if strict_mode():
             raise StrictModeError(f"fallback under BITNET_STRICT_MODE: {reason}")
+        self.fallback_counts[reason] += 1
         if reason not in self.fallbacks:
             log.warning("%s", reason)
             self.fallbacks.append(reason)
 
-    def mark(self) -> TraceMark:
-        """Where the trace stands now (a model takes one when it is created: one provider
-        may serve several models, and a receipt speaks of its own model's runs)."""
-        return TraceMark(Counter(self.kernels), self.submissions)
+    def kernel_names(self) -> list[str]:
+        """The kernels seen so far, sorted."""
+        return sorted(self.kernels)
 
-    def kernel_names(self, since: TraceMark | None = None) -> list[str]:
-        """The kernels seen so far (or since ``since``), sorted."""
-        if since is None:
-            return sorted(self.kernels)
-        return sorted(k for k, n in self.kernels.items() if n > since.kernels.get(k, 0))
+    def mark(self) -> TraceMark:
+        """Where the trace stands now (``*_since`` tell what ran after: a receipt's run)."""
+        return TraceMark(Counter(self.kernels), self.submissions, Counter(self.fallback_counts))
+
+    def kernels_since(self, mark: TraceMark) -> list[str]:
+        """The kernels launched after ``mark``, sorted."""
+        return sorted(k for k, n in self.kernels.items() if n > mark.kernels.get(k, 0))
+
+    def submissions_since(self, mark: TraceMark) -> int:
+        return self.submissions - mark.submissions
+
+    def fallbacks_since(self, mark: TraceMark) -> list[str]:
+        """The fallbacks taken after ``mark`` (again or for the first time)."""
+        return [r for r in self.fallbacks if self.fallback_counts[r] > mark.fallbacks.get(r, 0)]
 
 
 @dataclass(frozen=True)
 class TraceMark:
-    """A ``LaunchTrace``'s counts at one moment."""
+    """A trace's kernel counts, submissions and fallback counts at one moment."""
 
     kernels: Counter[str]
     submissions: int
+    fallbacks: Counter[str]
