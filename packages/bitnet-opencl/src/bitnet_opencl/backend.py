@@ -156,7 +156,6 @@ class OpenCLBackend(GenericBackend):
         ]
         self.bufs = StepBuffers(provider._alloc, self.config)
         self._meta_host = np.zeros(2, dtype=np.int32)
-        self._logits_host = np.empty((1, self.config.vocab_size), dtype=np.float32)
 
     def _command_buffer_api(self) -> CommandBufferApi | None:
         """The command-buffer entry points, or None (recorded as a trace fallback)."""
@@ -199,9 +198,10 @@ class OpenCLBackend(GenericBackend):
         self._meta_host[0], self._meta_host[1] = token, start
         rt.cl.enqueue_copy(rt.queue, b.meta.buffer, self._meta_host, is_blocking=False)
         rec.run()
-        rt.cl.enqueue_copy(rt.queue, self._logits_host, b.logits.buffer, is_blocking=True)
+        logits = np.empty((1, self.config.vocab_size), dtype=np.float32)
+        rt.cl.enqueue_copy(rt.queue, logits, b.logits.buffer, is_blocking=True)
         trace.submit(2 + rec.submissions)
-        return self._logits_host.copy()
+        return logits
 
     def _recording(self, cache: Sequence) -> StepRecording:
         """The replayable step for this cache's arrays (built on first use).
