@@ -12,6 +12,7 @@ from bitnet_core.model import Model, random_weights
 from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.kv_cache import KVCacheConfig
 from bitnet_core.testing.strict import assert_logits_close, strict_config
+from bitnet_opencl import backend as backend_module
 from bitnet_opencl.backend import OpenCLBackend
 from bitnet_opencl.replay import COMMAND_BUFFER_EXT
 
@@ -58,9 +59,14 @@ def _greedy(backend, prompt, steps):
     return out, all_logits
 
 
+@pytest.mark.parametrize("keys_per_split", [128, 7])
 @pytest.mark.parametrize("kv", ["float32", "float16"])
-def test_greedy_tokens_equal_the_cpu_across_capacity_crossings(weights, mode, kv):
-    """Greedy tokens and every step's logits as the CPU reference's with the same cache dtype."""
+def test_greedy_tokens_equal_the_cpu_across_capacity_crossings(
+    weights, mode, kv, keys_per_split, monkeypatch
+):
+    """Greedy tokens and every step's logits as the CPU reference's with the same cache
+    dtype; with 7 keys a split the attention runs over 2, 4 and 9 splits (some empty)."""
+    monkeypatch.setattr(backend_module, "KEYS_PER_SPLIT", keys_per_split)
     cpu = Model.from_weights(weights, device="cpu-reference", kv_cache=KVCacheConfig(dtype=kv))
     model = _opencl(weights, dtype=kv)
     backend = model.backend

@@ -76,9 +76,11 @@ def test_act_norm_quant(ocl, ref, rng, act, t, f):
 
 @pytest.mark.parametrize("n,k", [(1, 1), (37, 63), (64, 64), (65, 65), (130, 200)])
 def test_gemv_i2s_add_and_fused_weights(ocl, ref, rng, n, k):
-    """y += x @ W.T through weights stacked by rows (q|k|v) equals the parts' products."""
+    """y += x @ W.T through weights stacked by rows (q|k|v) equals the parts' products;
+    the parts (views of the stacked weight where aligned, else copies) still compute theirs."""
     parts = [ternary(rng, r, k) for r in (n, max(1, n // 3), 1)]
-    fused = fuse_weights(ocl.runtime, [ocl.load_ternary(p) for p in parts])
+    on_device = [ocl.load_ternary(p) for p in parts]
+    fused = fuse_weights(ocl.runtime, on_device)
     xq, xs = ref.quantize_act(acts(rng, 1, k))
     y0 = acts(rng, 1, fused.rows)
     y = ocl.to_device(y0)
@@ -91,6 +93,10 @@ def test_gemv_i2s_add_and_fused_weights(ocl, ref, rng, n, k):
     )  # fmt: skip
     want = y0 + np.concatenate([ref.matmul_i2s(xq, xs, ref.load_ternary(p)) for p in parts], axis=1)
     np.testing.assert_allclose(ocl.to_host(y), want, rtol=1e-6, atol=1e-5)
+    for host, dev in zip(parts, on_device, strict=True):
+        got = ocl.to_host(ocl.matmul_i2s(xq, xs, dev))
+        want = ref.matmul_i2s(xq, xs, ref.load_ternary(host))
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("kv", [np.float32, np.float16])

@@ -65,20 +65,32 @@ def split_count(capacity: int) -> int:
 
 
 def fuse_weights(rt: Any, parts: list[OpenCLWeight]) -> OpenCLWeight:
-    """One weight of ``parts`` stacked by rows (q|k|v, gate|up): a device-side copy."""
+    """One weight of ``parts`` stacked by rows (q|k|v, gate|up): a device-side copy.
+
+    Each part whose rows start at an offset the device can address as a
+    sub-buffer (``CL_DEVICE_MEM_BASE_ADDR_ALIGN``) becomes a view of the stacked
+    weight and its own buffers are dropped, so the generic path (prefill)
+    reads the same memory; other parts keep their copy."""
     cl, q = rt.cl, rt.queue
     rows = sum(p.rows for p in parts)
     row_bytes = parts[0].blocks_per_row * 16
     packed = cl.Buffer(rt.context, cl.mem_flags.READ_ONLY, max(16, rows * row_bytes))
     scales = cl.Buffer(rt.context, cl.mem_flags.READ_ONLY, max(4, rows * 4))
-    r = 0
+    align = max(1, int(rt.device.mem_base_addr_align) // 8)
+    r, views = 0, []
     for p in parts:
         if p.rows:
             cl.enqueue_copy(
                 q, packed, p.packed, byte_count=p.rows * row_bytes, dst_offset=r * row_bytes
             )
             cl.enqueue_copy(q, scales, p.scales, byte_count=p.rows * 4, dst_offset=r * 4)
+            if (r * row_bytes) % align == 0 and (r * 4) % align == 0:
+                views.append((p, r))
         r += p.rows
+    q.finish()  # the copies are done before a part's own buffers go
+    for p, r in views:
+        p.packed = packed.get_sub_region(r * row_bytes, p.rows * row_bytes)
+        p.scales = scales.get_sub_region(r * 4, p.rows * 4)
     return OpenCLWeight("|".join(p.name for p in parts), rows, parts[0].cols, packed, scales)
 
 
@@ -144,7 +156,6 @@ class OpenCLBackend(GenericBackend):
         ]
         self.bufs = StepBuffers(provider._alloc, self.config)
         self._meta_host = np.zeros(2, dtype=np.int32)
-        self._logits_host = np.empty((1, self.config.vocab_size), dtype=np.float32)
 
     def _command_buffer_api(self) -> CommandBufferApi | None:
         """The command-buffer entry points, or None (recorded as a trace fallback)."""
@@ -187,9 +198,10 @@ class OpenCLBackend(GenericBackend):
         self._meta_host[0], self._meta_host[1] = token, start
         rt.cl.enqueue_copy(rt.queue, b.meta.buffer, self._meta_host, is_blocking=False)
         rec.run()
-        rt.cl.enqueue_copy(rt.queue, self._logits_host, b.logits.buffer, is_blocking=True)
+        logits = np.empty((1, self.config.vocab_size), dtype=np.float32)
+        rt.cl.enqueue_copy(rt.queue, logits, b.logits.buffer, is_blocking=True)
         trace.submit(2 + rec.submissions)
-        return self._logits_host.copy()
+        return logits
 
     def _recording(self, cache: Sequence) -> StepRecording:
         """The replayable step for this cache's arrays (built on first use).
