@@ -84,7 +84,7 @@ def check_conformance(name: str, out: Path) -> dict:
 
 def check_model(name: str, out: Path) -> dict:
     from bitnet_core.config import BitNetConfig
-    from bitnet_core.model import GenericBackend, Model, random_weights
+    from bitnet_core.model import GenericRunner, Model, random_weights
     from bitnet_core.model.receipt import write_receipt
     from bitnet_core.providers.reference import ReferenceProvider
     from bitnet_core.testing.model import LOGIT_ATOL
@@ -92,8 +92,8 @@ def check_model(name: str, out: Path) -> dict:
     weights = random_weights(BitNetConfig(**SMOKE_CONFIG), seed=11)
     prompt = np.random.default_rng(5).integers(0, SMOKE_CONFIG["vocab_size"], PROMPT_TOKENS)
     model = Model.from_weights(weights, device=name, progress=False)
-    reference = GenericBackend(ReferenceProvider(), weights, progress=False)
-    got = model.backend.logits(prompt)
+    reference = GenericRunner(ReferenceProvider(), weights, progress=False)
+    got = model.runner.logits(prompt)
     want = reference.logits(prompt)
     rel = float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
 

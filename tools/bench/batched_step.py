@@ -23,7 +23,7 @@ import numpy as np
 
 
 def one_round(model, streams: int, steps: int, context: int) -> dict:
-    b = model.backend
+    b = model.runner
     rng = np.random.default_rng(0)
     vocab = model.config.vocab_size
     seqs = [b.new_cache() for _ in range(streams)]

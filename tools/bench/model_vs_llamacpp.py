@@ -73,7 +73,7 @@ def worker_ours(args: argparse.Namespace):
     baseline = _rss_now()  # the interpreter, numpy and bitnet_core, before any model
     t0 = time.perf_counter()
     model = bitnet_core.load(args.model, device=args.device)
-    kv = model.backend.kv
+    kv = model.runner.kv
     info = {
         "provider": model.provider.name,
         "load_s": time.perf_counter() - t0,

@@ -201,7 +201,7 @@ def test_layout_runs_greedy_through_the_cli(tmp_path, layout, capsys, clean_regi
     assert text.strip()
     r = json.loads(receipt.read_text())
     fused = layout not in RMS_NORM_LAYOUTS
-    assert r["provider"]["backend"] == ("FusedCpuBackend" if fused else "GenericBackend")
+    assert r["provider"]["runner"] == ("FusedCpuRunner" if fused else "GenericRunner")
     assert r["model"]["config"]["arch"] == ("llama" if layout in LLAMA_LAYOUTS else "bitnet")
     monkeypatch.setenv("BITNET_CPU_FUSED", "0")
     assert main([*argv, "--device", "cpu"]) == 0  # the op-by-op engine: the same tokens

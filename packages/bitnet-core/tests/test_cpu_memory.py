@@ -64,14 +64,14 @@ def test_int8_head_lets_the_float16_table_go(gguf, monkeypatch):
     table (8 MB here) stops being resident, and the logits are the int8 head's."""
     name = _native_name()
     ids = [1, 2, 3, 4]
-    exact = load(gguf, name, progress=False).backend.logits(ids)  # (imports, warm-up)
+    exact = load(gguf, name, progress=False).runner.logits(ids)  # (imports, warm-up)
     monkeypatch.setenv("BITNET_CPU_INT8_HEAD", "1")
     base = _rss()
     m = load(gguf, name, progress=False)
-    got = m.backend.logits(ids)
+    got = m.runner.logits(ids)
     # int8 copy 4 MB + the rest < 6 MB; keeping the float16 table would add its 8 MB
     assert _rss() - base < 6e6, (_rss() - base) / 1e6
-    np.testing.assert_array_equal(got, m.backend.logits(ids))
+    np.testing.assert_array_equal(got, m.runner.logits(ids))
     assert not np.array_equal(got, exact)
     assert np.abs(got - exact).max() <= 0.05 * np.abs(exact).max()
 
@@ -84,26 +84,26 @@ def test_embedding_rows_stay_out_of_rss_when_only_gathered(gguf, monkeypatch, pr
     its pages are let go after each forward pass), so running over the whole
     vocabulary does not make the 8 MB table resident (a row read through the
     mapping maps 64 KB to 2 MB around it), and the logits are the same."""
-    from bitnet_core.providers import cpu_backend
+    from bitnet_core.providers import cpu_runner
 
     monkeypatch.setenv("BITNET_CPU_INT8_HEAD", "1")
     if not pread:
-        monkeypatch.setattr(cpu_backend, "_open_rows_source", lambda model, table: None)
+        monkeypatch.setattr(cpu_runner, "_open_rows_source", lambda model, table: None)
     m = load(gguf, _native_name(), progress=False)
-    assert (m.backend._embedding_file is not None) == pread
-    m.backend.logits([1, 2, 3])  # warm-up: scratch, caches
+    assert (m.runner._embedding_file is not None) == pread
+    m.runner.logits([1, 2, 3])  # warm-up: scratch, caches
     base = _rss()
     # (kept: a corner of each result, not 2 MB of logits that would count in the RSS)
-    got = [m.backend.logits(np.arange(k * 64, (k + 1) * 64) * 16)[:, :64].copy() for k in range(8)]
+    got = [m.runner.logits(np.arange(k * 64, (k + 1) * 64) * 16)[:, :64].copy() for k in range(8)]
     # 512 ids, 16 rows apart: every 64 KB of the table
     assert _rss() - base < 3e6, (_rss() - base) / 1e6
     monkeypatch.undo()
     monkeypatch.setenv("BITNET_CPU_INT8_HEAD", "1")
     if pread:  # the same numbers as rows read through the mapping
-        m.backend._model.read_embedding_from(-1, 0)
+        m.runner._model.read_embedding_from(-1, 0)
         for k in (0, 7):
             np.testing.assert_array_equal(
-                m.backend.logits(np.arange(k * 64, (k + 1) * 64) * 16)[:, :64], got[k]
+                m.runner.logits(np.arange(k * 64, (k + 1) * 64) * 16)[:, :64], got[k]
             )
 
 

@@ -16,7 +16,7 @@ from native_cpu import available_providers
 
 from bitnet_core.errors import ConfigError
 from bitnet_core.model import KVCache, KVCacheConfig, demo_model_path, load
-from bitnet_core.model.backend import resolve_kv_dtype
+from bitnet_core.model.runner import resolve_kv_dtype
 from bitnet_core.providers.reference import ReferenceProvider
 
 HELD_OUT = Path(__file__).parent / "data" / "shakespeare_heldout.txt"
@@ -96,9 +96,9 @@ def test_demo_model_float16_cache_close_to_float32():
     name = provs[0].name
     m32 = load(path, name, kv_cache=KVCacheConfig(dtype="f32"), progress=False)
     m16 = load(path, name, progress=False)
-    assert m16.backend.kv.dtype == np.float16
+    assert m16.runner.kv.dtype == np.float16
     ids = m32.tokenizer.encode(HELD_OUT.read_text())[:200]
-    a, b = m32.backend.logits(ids), m16.backend.logits(ids)
+    a, b = m32.runner.logits(ids), m16.runner.logits(ids)
     rel = np.abs(a - b).max(axis=1) / np.abs(a).max(axis=1)
     assert rel.max() < 0.01, rel.max()
     assert (a.argmax(axis=1) == b.argmax(axis=1)).mean() >= 0.97

@@ -142,15 +142,15 @@ def test_a_model_on_a_partial_provider_runs_its_matmuls_and_the_receipt_says_so(
     """The engine calls ``linear``: composed, its matmul runs on the device (before, the
     whole ``linear`` ran on the host and the device's ``matmul_i2s`` never ran)."""
     from bitnet_core.model import Model, random_weights
-    from bitnet_core.model.backend import GenericBackend
+    from bitnet_core.model.runner import GenericRunner
     from bitnet_core.testing.strict import strict_config
 
     weights = random_weights(strict_config("silu"), seed=2)
     device = MatmulOnly()
     placed = place(device, REF)
     placed.add(placed.to_device(np.ones(2, np.float32)), placed.to_device(np.ones(2, np.float32)))
-    model = Model(GenericBackend(placed, weights))
-    want = Model(GenericBackend(ReferenceProvider(), weights))
+    model = Model(GenericRunner(placed, weights))
+    want = Model(GenericRunner(ReferenceProvider(), weights))
     prompt = [1, 2, 3]
     assert model.generate_ids(prompt, max_tokens=4, temperature=0) == want.generate_ids(
         prompt, max_tokens=4, temperature=0

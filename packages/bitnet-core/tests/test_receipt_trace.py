@@ -14,13 +14,13 @@ from bitnet_core.cli.main import main
 from bitnet_core.errors import ShapeError, StrictModeError, ValidationError
 from bitnet_core.hal.provider import Availability
 from bitnet_core.model import Model, random_weights
-from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.receipt import build_receipt, validate
+from bitnet_core.model.runner import GenericRunner
 from bitnet_core.providers.reference import ReferenceProvider
 from bitnet_core.sdk.provider import TRACED_OPS
 from bitnet_core.testing.strict import strict_config
 
-#: what the generic engine calls for a silu model with int8 activations (model/backend.py);
+#: what the generic engine calls for a silu model with int8 activations (model/runner.py);
 #: the ops an op calls itself (the reference's linear: quantize_act, matmul_i2s) are part of it
 GENERIC_SILU_OPS = [
     "add",
@@ -67,7 +67,7 @@ def test_the_fused_cpu_engine_names_its_kernels_and_native_calls(
     from bitnet_core.model.api import load
 
     model = load(model_file, "cpu")
-    if type(model.backend).__name__ != "FusedCpuBackend":
+    if type(model.runner).__name__ != "FusedCpuRunner":
         pytest.skip(f"{model.provider.name} has no fused engine here")
     before = model.provider.trace.submissions
     model.generate_ids([1, 2, 3], max_tokens=3, temperature=0)
@@ -109,7 +109,7 @@ def test_an_op_that_names_its_kernel_is_not_listed_twice_and_a_refused_op_ran_no
 def test_receipt_device_kind_and_fallbacks_come_from_the_run(monkeypatch):
     monkeypatch.delenv("BITNET_STRICT_MODE", raising=False)
     provider = _OwnKernels()
-    model = Model(GenericBackend(provider, random_weights(TEXT_MODEL, seed=2)))
+    model = Model(GenericRunner(provider, random_weights(TEXT_MODEL, seed=2)))
     model.generate_ids([4, 5], max_tokens=2, temperature=0)
     provider.trace.fallback("step replay unavailable: test")
     r = model.receipt()
@@ -169,10 +169,10 @@ def test_bench_profile_reports_per_step_figures(model_file, capsys, clean_regist
 
 def test_a_receipt_lists_what_its_model_ran_not_what_ran_before_on_the_provider():
     provider = ReferenceProvider()
-    relu = Model(GenericBackend(provider, random_weights(strict_config("relu2"), seed=1)))
+    relu = Model(GenericRunner(provider, random_weights(strict_config("relu2"), seed=1)))
     relu.generate_ids([1, 2], max_tokens=2, temperature=0)
     provider.trace.fallback("an earlier model's fallback")
-    silu = Model(GenericBackend(provider, random_weights(strict_config("silu"), seed=1)))
+    silu = Model(GenericRunner(provider, random_weights(strict_config("silu"), seed=1)))
     silu.generate_ids([1, 2], max_tokens=2, temperature=0)
     assert "relu2_mul" in provider.trace.kernels  # the provider's whole life
     prov = silu.receipt()["provider"]

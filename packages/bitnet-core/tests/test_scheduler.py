@@ -71,7 +71,7 @@ def test_batched_requests_equal_solo_generation(model):
             assert text == _solo_text(model, job)
             assert job.seq is None  # the sequence was freed
         assert sched.stats.step_tokens_max <= 24
-        assert model.backend.kv.stats()["sequences"] == 0
+        assert model.runner.kv.stats()["sequences"] == 0
     finally:
         sched.close()
 
@@ -81,7 +81,7 @@ def _solo_text(model, job) -> str:
 
     stats = type(job.stats)()
     toks = generate_tokens(
-        model.backend, job.prompt_ids, job.params, eos_ids=model.eos_ids, stats=stats
+        model.runner, job.prompt_ids, job.params, eos_ids=model.eos_ids, stats=stats
     )
     return "".join(stream_text(toks, model.decode, job.prompt_ids, job.params.stop, stats))
 

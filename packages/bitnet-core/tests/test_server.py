@@ -287,9 +287,9 @@ def _cancelled_soon(scheduler, before: int, tokens_before: int, m) -> None:
     while time.time() < deadline and scheduler.stats.requests_cancelled == before:
         time.sleep(0.01)
     assert scheduler.stats.requests_cancelled == before + 1, "the disconnect was not noticed"
-    while time.time() < deadline and m.backend.kv.stats()["sequences"]:
+    while time.time() < deadline and m.runner.kv.stats()["sequences"]:
         time.sleep(0.01)
-    assert m.backend.kv.stats()["sequences"] == 0
+    assert m.runner.kv.stats()["sequences"] == 0
     assert scheduler.stats.generated_tokens_total - tokens_before < LONG_JOB["max_tokens"]
 
 

@@ -51,7 +51,7 @@ def test_schema_constrained_generation_validates(demo, lltok, temperature, seed)
     constraint = JsonConstraint(lltok, json_grammar(SCHEMA))
     ids = list(
         generate_tokens(
-            demo.backend,
+            demo.runner,
             demo.encode("JULIET:"),
             params,
             eos_ids=demo.eos_ids,
@@ -83,7 +83,7 @@ def test_logprob_recorder_gives_the_models_log_probabilities(demo):
     prompt = demo.encode("ROMEO:")
     recorder = LogprobRecorder(top_n=4)
     params = SamplingParams(temperature=0, max_tokens=5)
-    ids = list(generate_tokens(demo.backend, prompt, params, processors=(recorder,)))
+    ids = list(generate_tokens(demo.runner, prompt, params, processors=(recorder,)))
     assert [e.token for e in recorder.entries] == ids
     all_logits = demo.logits(prompt + ids[:-1])
     for k, e in enumerate(recorder.entries):
@@ -97,7 +97,7 @@ def test_a_processor_that_bans_a_token(demo):
     """The loop samples from what ``process`` returns: a banned token never comes."""
     prompt = demo.encode("ROMEO:")
     params = SamplingParams(temperature=0, max_tokens=8)
-    free = list(generate_tokens(demo.backend, prompt, params))
+    free = list(generate_tokens(demo.runner, prompt, params))
 
     class Ban:
         done = False
@@ -110,5 +110,5 @@ def test_a_processor_that_bans_a_token(demo):
         def accept(self, token, logits):
             pass
 
-    banned = list(generate_tokens(demo.backend, prompt, params, processors=(Ban(),)))
+    banned = list(generate_tokens(demo.runner, prompt, params, processors=(Ban(),)))
     assert free[0] not in banned and len(banned) == 8

@@ -265,14 +265,14 @@ class MixedUpBatch(ReferenceProvider):
 
     name = "bug-batch-rows"
 
-    def make_backend(self, weights, **opts):
-        from bitnet_core.model import GenericBackend
+    def make_runner(self, weights, **opts):
+        from bitnet_core.model import GenericRunner
 
-        class Backend(GenericBackend):
+        class Runner(GenericRunner):
             def _forward_batch(self, batch):
                 return np.roll(super()._forward_batch(batch), 1, axis=0)
 
-        return Backend(self, weights, **opts)
+        return Runner(self, weights, **opts)
 
 
 def test_batch_check_catches_mixed_up_rows():

@@ -6,7 +6,7 @@
    as a fraction of (1);
 3. decode tokens/s of a random model of 2B-4T shape through ``bitnet_core``
    on the ``cuda`` provider, three engines measured in turn on the same
-   weights: ``graphs`` (``CudaBackend``, decode steps replayed from CUDA
+   weights: ``graphs`` (``CudaRunner``, decode steps replayed from CUDA
    graphs: what ``bitnet run`` uses), ``fused`` (the same kernels launched
    one by one) and ``generic`` (the provider's ops, ~25 launches a layer);
    against the floor (all weight bytes a token reads / copy bandwidth) and
@@ -74,9 +74,9 @@ def gemv_bandwidth(provider, cp, repeat: int) -> list[dict]:
 def decode_tokens_per_s(provider, layers: int, tokens: int) -> dict:
     from bitnet_core.config import BitNetConfig
     from bitnet_core.gguf import open_model_file
-    from bitnet_core.model import GenericBackend, ModelWeights
+    from bitnet_core.model import GenericRunner, ModelWeights
     from bitnet_core.model.random import random_model_file
-    from bitnet_cuda.backend import CudaBackend
+    from bitnet_cuda.runner import CudaRunner
 
     cfg = BitNetConfig(
         vocab_size=128256,
@@ -96,9 +96,9 @@ def decode_tokens_per_s(provider, layers: int, tokens: int) -> dict:
     out: dict = {"weight_bytes": layers * per_layer + 128256 * 2560 * 2}
     for engine in ("graphs", "fused", "generic"):
         if engine == "generic":
-            backend = GenericBackend(provider, weights, progress=False)
+            backend = GenericRunner(provider, weights, progress=False)
         else:
-            backend = CudaBackend(provider, weights, progress=False)
+            backend = CudaRunner(provider, weights, progress=False)
             backend.use_graphs = engine == "graphs"
         seq = backend.new_cache()
         backend.forward(np.arange(1, 9), seq)

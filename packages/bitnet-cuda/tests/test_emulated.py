@@ -11,7 +11,7 @@ small cases) and a whole model against the CPU engine; what only a GPU shows
 ``test_conformance.py`` on a machine that has one.
 
 Whole models run through both engines: the generic one (provider ops) and
-``CudaBackend`` (fused kernels, decode steps captured as CUDA graphs, which
+``CudaRunner`` (fused kernels, decode steps captured as CUDA graphs, which
 the emulator records and replays), with float32 and float16 KV caches.
 """
 
@@ -25,7 +25,7 @@ from cuda_emulator import EmulatedCudaProvider, missing
 
 from bitnet_core.formats.dense import BF16Array
 from bitnet_core.model import KVCacheConfig, Model, random_weights
-from bitnet_core.model.backend import GenericBackend
+from bitnet_core.model.runner import GenericRunner
 from bitnet_core.providers.reference import ReferenceProvider
 from bitnet_core.testing import conformance
 from bitnet_core.testing.strict import (
@@ -34,7 +34,7 @@ from bitnet_core.testing.strict import (
     parity_suite,
     strict_config,
 )
-from bitnet_cuda.backend import CudaBackend
+from bitnet_cuda.runner import CudaRunner
 
 if missing():
     pytest.skip(missing(), allow_module_level=True)
@@ -95,16 +95,16 @@ def test_kernels_take_the_nvrtc_path() -> None:
     assert p.kernel_source == "nvrtc"  # the fatbin is GPU code: refused, the .cu is built
 
 
-def reference_backend(weights, kv: str, block: int = 64) -> GenericBackend:
+def reference_runner(weights, kv: str, block: int = 64) -> GenericRunner:
     cache = KVCacheConfig(dtype=kv, block_size=block)
-    return GenericBackend(ReferenceProvider(), weights, kv_cache=cache)
+    return GenericRunner(ReferenceProvider(), weights, kv_cache=cache)
 
 
-def cuda_backend(weights, kv: str, engine: str, block: int = 64) -> GenericBackend:
+def cuda_runner(weights, kv: str, engine: str, block: int = 64) -> GenericRunner:
     opts = dict(kv_cache=KVCacheConfig(dtype=kv, block_size=block))
     if engine == "generic":
-        return GenericBackend(_emulated(), weights, **opts)
-    backend = CudaBackend(_emulated(), weights, **opts)
+        return GenericRunner(_emulated(), weights, **opts)
+    backend = CudaRunner(_emulated(), weights, **opts)
     backend.use_graphs = engine == "graphs"
     return backend
 
@@ -122,7 +122,7 @@ ENGINES = [("generic", "float32"), ("graphs", "float32"), ("graphs", "float16")]
 def models(request):
     activation, engine, kv = request.param
     weights = random_weights(strict_config(activation), seed=7)
-    return Model(reference_backend(weights, kv)), Model(cuda_backend(weights, kv, engine))
+    return Model(reference_runner(weights, kv)), Model(cuda_runner(weights, kv, engine))
 
 
 # prefill of 12 (> MAXT: dp4a tiles) and 40 tokens (>= 16: tensor cores), decode steps, greedy
@@ -136,12 +136,12 @@ def test_bfloat16_tables_stay_bfloat16_on_the_device() -> None:
     weights = random_weights(cfg, seed=3)
     for name in ("token_embd.weight", "output.weight"):
         weights.dense[name] = BF16Array.from_float(weights.dense[name])
-    cb = cuda_backend(weights, "float16", "graphs")
+    cb = cuda_runner(weights, "float16", "graphs")
     for table in (cb.weights.embedding, cb.weights.head):
         assert table.kind == "bf16" and table.data.dtype == np.uint16
         assert table.data.shape == (300, 120) and table.cols == 120
     check_decode_steps(
-        reference_backend(weights, "float16"), cb, prompt=(4, 8, 15, 299), tokens=(16, 23, 42, 0)
+        reference_runner(weights, "float16"), cb, prompt=(4, 8, 15, 299), tokens=(16, 23, 42, 0)
     )
 
 
@@ -156,8 +156,8 @@ def test_graphs_replay_as_the_kernels_run(kv: str) -> None:
     a quantizer tie goes the other way on every CUDA engine alike (measured).
     """
     weights = random_weights(strict_config("relu2", context=70), seed=3)
-    ref, generic = reference_backend(weights, kv, 16), cuda_backend(weights, kv, "generic", 16)
-    graphs, eager = cuda_backend(weights, kv, "graphs", 16), cuda_backend(weights, kv, "fused", 16)
+    ref, generic = reference_runner(weights, kv, 16), cuda_runner(weights, kv, "generic", 16)
+    graphs, eager = cuda_runner(weights, kv, "graphs", 16), cuda_runner(weights, kv, "fused", 16)
     for b in (graphs, eager):
         b.keys_per_split = 4
     engines = (ref, generic, graphs, eager)
@@ -180,7 +180,7 @@ def test_graphs_replay_as_the_kernels_run(kv: str) -> None:
 
 def test_failed_capture_falls_back_to_launches(caplog) -> None:
     weights = random_weights(strict_config("silu"), seed=5)
-    ref, cuda = reference_backend(weights, "float32"), cuda_backend(weights, "float32", "graphs")
+    ref, cuda = reference_runner(weights, "float32"), cuda_runner(weights, "float32", "graphs")
 
     def refuse() -> None:
         raise RuntimeError("capture not supported")
@@ -199,7 +199,7 @@ def test_failed_capture_is_an_error_in_strict_mode(monkeypatch) -> None:
     from bitnet_core.errors import StrictModeError
 
     weights = random_weights(strict_config("silu"), seed=5)
-    cuda = cuda_backend(weights, "float32", "graphs")
+    cuda = cuda_runner(weights, "float32", "graphs")
 
     def refuse() -> None:
         raise RuntimeError("capture not supported")
@@ -215,7 +215,7 @@ def test_failed_capture_is_an_error_in_strict_mode(monkeypatch) -> None:
 
 def test_trace_names_the_fused_kernels_and_one_submission_a_graph_step() -> None:
     weights = random_weights(strict_config("relu2"), seed=4)
-    cuda = cuda_backend(weights, "float16", "graphs")
+    cuda = cuda_runner(weights, "float16", "graphs")
     trace = cuda.provider.trace
     per_step = []
     with cuda.new_cache() as cs:

@@ -134,7 +134,7 @@ def decode_bench(device: str, cfg: BitNetConfig, tokens: int, prompt: int) -> di
     t0 = time.perf_counter()
     model = Model.from_weights(weights, device=device)
     load_s = time.perf_counter() - t0
-    backend = model.backend
+    backend = model.runner
     with backend.new_cache() as seq:
         backend.forward(np.arange(1, prompt + 1) % cfg.vocab_size, seq)
         backend.forward([1], seq)  # warm the decode kernels

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from ocl_helpers import acts, ternary
 
-from bitnet_opencl.backend import fuse_weights
+from bitnet_opencl.runner import fuse_weights
 
 EPS = 1e-5
 WG = 64

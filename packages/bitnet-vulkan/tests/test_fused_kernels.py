@@ -1,4 +1,4 @@
-"""The fused shaders of ``VulkanBackend`` against the numpy reference, on awkward shapes.
+"""The fused shaders of ``VulkanRunner`` against the numpy reference, on awkward shapes.
 
 norm_quant (rmsnorm + int8, act(gate) * up + rmsnorm + int8, split-K combine +
 rmsnorm + int8), rope_store (rotation and KV append at a position read from a
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from bitnet_core.hal.weights import TernaryWeight
-from bitnet_vulkan.backend import NORM_MODES
 from bitnet_vulkan.launch import MATMUL_SG_CPU, MATMUL_SG_GPU
+from bitnet_vulkan.runner import NORM_MODES
 from bitnet_vulkan.stream import pack_push
 
 RNG = np.random.default_rng(2727)

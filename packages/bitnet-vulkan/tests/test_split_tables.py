@@ -69,7 +69,7 @@ def test_model_with_split_embedding_and_head(vk, small_parts, monkeypatch, fused
     weights = random_weights(cfg, seed=5)
     small_parts(40 * 96 * 4)  # 40 rows a part (float32) or 80 (float16): 4-8 parts
     dev = Model.from_weights(weights, device="vulkan")
-    assert isinstance(dev.backend.weights.head, SplitTable)
+    assert isinstance(dev.runner.weights.head, SplitTable)
     ref = Model.from_weights(weights, device="cpu-reference")
     prompt = [1, 300, 41, 80, 81, 160, 299]
     assert dev.generate_ids(prompt, max_tokens=8, temperature=0) == ref.generate_ids(

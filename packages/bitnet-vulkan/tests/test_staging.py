@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from bitnet_core.config import BitNetConfig
-from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.random import random_weights
+from bitnet_core.model.runner import GenericRunner
 from bitnet_core.providers.reference import ReferenceProvider
 from bitnet_vulkan.context import ENV_FORCE_STAGING
 from bitnet_vulkan.provider import VulkanProvider
@@ -57,7 +57,7 @@ def test_model_logits_on_the_staging_path(staged, quantize):
     )
     w = random_weights(cfg, seed=5)
     ids = [3, 1, 4, 1, 5, 9, 2, 6]
-    want = GenericBackend(ReferenceProvider(), w, quantize_activations=quantize).logits(ids)
-    got = GenericBackend(staged, w, quantize_activations=quantize).logits(ids)
+    want = GenericRunner(ReferenceProvider(), w, quantize_activations=quantize).logits(ids)
+    got = GenericRunner(staged, w, quantize_activations=quantize).logits(ids)
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < (1e-4 if not quantize else 3e-2)
     assert (got.argmax(-1) == want.argmax(-1)).mean() >= 0.9

@@ -1,4 +1,4 @@
-"""Each fused shader of ``WebGPUBackend`` against the numpy reference, on awkward shapes."""
+"""Each fused shader of ``WebGPURunner`` against the numpy reference, on awkward shapes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.providers.reference import ReferenceProvider
-from bitnet_webgpu.backend import q8_words
+from bitnet_webgpu.runner import q8_words
 
 REF = ReferenceProvider()
 EPS = 1e-5

@@ -8,7 +8,7 @@ import pytest
 from bitnet_core.config import BitNetConfig
 from bitnet_core.hal import REGISTRY
 from bitnet_core.model import KVCacheConfig, random_weights
-from bitnet_core.model.backend import GenericBackend
+from bitnet_core.model.runner import GenericRunner
 
 CFG = BitNetConfig(
     vocab_size=97, hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -26,7 +26,7 @@ def _fresh_provider():
 
 def _decode(provider, steps: int = 8) -> tuple[list[np.ndarray], list[tuple[int, int]]]:
     """Logits of a prompt and ``steps`` decode steps, and (bind groups, buffers) made per step."""
-    backend = GenericBackend(
+    backend = GenericRunner(
         provider, random_weights(CFG, seed=2), kv_cache=KVCacheConfig(dtype="float32")
     )
     dev = provider.dev

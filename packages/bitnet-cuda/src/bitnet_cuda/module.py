@@ -32,7 +32,7 @@ KERNELS = (
     "rope",
     "attention",
     "attention_f16",
-    # the fused decode step of backend.py
+    # the fused decode step of runner.py
     "matmul_i2s_add",
     "matmul_i2s_mma",
     "matmul_i2s_mma_add",

@@ -65,15 +65,15 @@ class CudaProvider(
         self.kernel_source = ""
 
     # --- probe (seed 002: a reason at each step that fails) -----------------------
-    def make_backend(self, weights: Any, **opts: Any) -> Any:
-        """The fused, graph-captured backend (``backend.py``); None with ``BITNET_CUDA_FUSED=0``."""
-        from .backend import CudaBackend
+    def make_runner(self, weights: Any, **opts: Any) -> Any:
+        """The fused, graph-captured runner (``runner.py``); None with ``BITNET_CUDA_FUSED=0``."""
+        from .runner import CudaRunner
 
         if not env_enabled("BITNET_CUDA_FUSED"):
             return None
         cfg = weights.config
         if cfg.linear_norms or not cfg.sub_norms:
-            from bitnet_core.model.backend import generic_engine_fallback
+            from bitnet_core.model.runner import generic_engine_fallback
 
             generic_engine_fallback(
                 self,
@@ -81,7 +81,7 @@ class CudaProvider(
                 f"input norms ({cfg.arch} graph); the generic engine runs this model",
             )
             return None
-        return CudaBackend(self, weights, **opts)
+        return CudaRunner(self, weights, **opts)
 
     # --- memory ---------------------------------------------------------------------
     # --- ops --------------------------------------------------------------------------

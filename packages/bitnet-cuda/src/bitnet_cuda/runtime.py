@@ -8,7 +8,7 @@ The probe loads the kernel module (the fatbin, else NVRTC) and looks up every
 kernel, so a device whose kernels do not build or load is unavailable at step
 ``"kernels"`` and ``auto`` never picks it. ``BITNET_CUDA_DEVICE=N`` chooses
 the device (``sdk.runtime.device_choice``; default 0, CuPy's current device);
-it is made current wherever the provider loads CuPy and in ``CudaBackend``'s
+it is made current wherever the provider loads CuPy and in ``CudaRunner``'s
 forward passes. Every kernel launched through ``_k`` is recorded in
 ``self.trace`` (a kernel and a submission).
 """

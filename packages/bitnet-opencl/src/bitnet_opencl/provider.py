@@ -112,12 +112,12 @@ class OpenCLProvider(
         """Wait for every queued command (benchmarks)."""
         self.runtime.finish()
 
-    def make_backend(self, weights: Any, **opts: Any) -> Any:
-        """The fused backend with replayed decode steps (``backend.py``); None with
+    def make_runner(self, weights: Any, **opts: Any) -> Any:
+        """The fused runner with replayed decode steps (``runner.py``); None with
         ``BITNET_OPENCL_FUSED=0``."""
-        from .backend import OpenCLBackend
+        from .runner import OpenCLRunner
 
-        return OpenCLBackend(self, weights, **opts) if env_enabled(ENV_FUSED) else None
+        return OpenCLRunner(self, weights, **opts) if env_enabled(ENV_FUSED) else None
 
     # --- helpers --------------------------------------------------------------
     def _run(self, name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):

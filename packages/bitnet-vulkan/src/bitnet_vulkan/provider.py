@@ -121,12 +121,12 @@ class VulkanProvider(
     def device_info(self):
         return self.context.info
 
-    def make_backend(self, weights: Any, **opts: Any) -> Any:
-        """The fused forward pass with recorded decode steps (``backend``); None with
+    def make_runner(self, weights: Any, **opts: Any) -> Any:
+        """The fused forward pass with recorded decode steps (``runner.py``); None with
         ``BITNET_VULKAN_FUSED=0``."""
-        from .backend import VulkanBackend, fused_enabled
+        from .runner import VulkanRunner, fused_enabled
 
-        return VulkanBackend(self, weights, **opts) if fused_enabled() else None
+        return VulkanRunner(self, weights, **opts) if fused_enabled() else None
 
     def synchronize(self) -> None:
         """Run everything recorded so far and wait for it."""

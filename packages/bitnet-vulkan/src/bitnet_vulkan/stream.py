@@ -16,7 +16,7 @@ Descriptor sets are cached per (layout, buffers), and buffers come from a
 pool of size classes, so a steady decode loop allocates nothing.
 
 A ``Program`` is a step recorded into a command buffer of its own, which the
-owner (``backend.VulkanBackend``'s decode step) resubmits as it is, with no
+owner (``backend.VulkanRunner``'s decode step) resubmits as it is, with no
 per-op work on the host. It stays valid while ``generation`` is unchanged:
 resetting the descriptor pool (a destroyed buffer, a full set cache) frees
 the sets it binds.

@@ -69,11 +69,11 @@ class WebGPUProvider(
             self._dev = Device(choose_adapter(explicit=True), self.trace)
         return self._dev
 
-    def make_backend(self, weights: Any, **opts: Any) -> Any:
-        """The fused decode backend (``backend.py``); None with ``BITNET_WEBGPU_FUSED=0``."""
-        from .backend import WebGPUBackend
+    def make_runner(self, weights: Any, **opts: Any) -> Any:
+        """The fused decode runner (``runner.py``); None with ``BITNET_WEBGPU_FUSED=0``."""
+        from .runner import WebGPURunner
 
-        return WebGPUBackend(self, weights, **opts) if env_enabled("BITNET_WEBGPU_FUSED") else None
+        return WebGPURunner(self, weights, **opts) if env_enabled("BITNET_WEBGPU_FUSED") else None
 
     # --- memory -------------------------------------------------------------------
     # --- helpers ------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Level 1 of the HAL: the ``KernelProvider`` protocol (seed 003).
 
 A provider owns one device and runs the ops a BitNet model needs on arrays
-that live on that device between ops. The model (Level 2, ``Backend``) only
+that live on that device between ops. The model (Level 2, ``ModelRunner``) only
 moves token ids in and logits out.
 
 Array conventions (the numpy reference provider is the executable spec):
@@ -34,7 +34,7 @@ Numerics every provider must match (``bitnet_core.testing`` checks them):
 Optional members (``OPTIONAL_OPS``; the generic engine, ``bitnet_core.model``,
 uses them when present):
 
-- ``make_backend(weights, **opts)``: a fused Level-2 backend, or None;
+- ``make_runner(weights, **opts)``: a fused Level-2 runner, or None;
 - ``set_threads(n)``: CPU threads (``bitnet run --threads``);
 - ``kernel_names()``: the kernels a receipt lists when the provider keeps no
   ``trace`` (``sdk.trace.LaunchTrace``; default: the ops above).
@@ -98,7 +98,7 @@ KERNEL_INVENTORY: tuple[str, ...] = (
 )
 
 #: Members a provider may have; see the module docstring.
-OPTIONAL_OPS: tuple[str, ...] = ("make_backend", "set_threads", "kernel_names")
+OPTIONAL_OPS: tuple[str, ...] = ("make_runner", "set_threads", "kernel_names")
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
-"""The model: the generic Level-2 backend over provider ops, weights, KV cache,
+"""The model: the generic Level-2 runner over provider ops, weights, KV cache,
 memory pool, sampling, generation, receipts, and the ``load`` API."""
 
 from .api import Model, demo_model_path, load
-from .backend import GenericBackend
 from .generation import GenerationStats, Session, generate_tokens
 from .kv_cache import EvictionPolicy, KVCache, KVCacheConfig, Sequence
 from .memory_pool import MemoryPool, PoolStats
 from .random import byte_tokenizer_metadata, random_model_file, random_weights
+from .runner import GenericRunner
 from .sampling import Sampler, SamplingParams, StopMatcher
 from .weights import DeviceWeights, ModelWeights
 
@@ -14,7 +14,7 @@ __all__ = [
     "DeviceWeights",
     "EvictionPolicy",
     "GenerationStats",
-    "GenericBackend",
+    "GenericRunner",
     "KVCache",
     "KVCacheConfig",
     "MemoryPool",

@@ -24,9 +24,9 @@ import numpy as np
 from ..errors import ModelFileError, TokenizerError
 from ..hal.selection import Selection, StartupSummary, prefetch, select
 from ..sdk.trace import LaunchTrace
-from .backend import GenericBackend
 from .generation import GenerationStats, Session, generate_tokens, stream_text
 from .kv_cache import KVCacheConfig
+from .runner import GenericRunner
 from .sampling import SamplingParams
 from .weights import ModelWeights
 
@@ -83,14 +83,14 @@ def _tokenizer_from_metadata(metadata: dict) -> Any | None:
     return Tokenizer.from_metadata(metadata)
 
 
-def _make_backend(provider: Any, weights: ModelWeights, **opts: Any) -> Any:
-    """The provider's own backend when it offers one (``make_backend``), else the generic one."""
-    make = getattr(provider, "make_backend", None)
+def _make_runner(provider: Any, weights: ModelWeights, **opts: Any) -> Any:
+    """The provider's own runner when it offers one (``make_runner``), else the generic one."""
+    make = getattr(provider, "make_runner", None)
     if make is not None:
-        backend = make(weights, **opts)
-        if backend is not None:
-            return backend
-    return GenericBackend(provider, weights, **opts)
+        runner = make(weights, **opts)
+        if runner is not None:
+            return runner
+    return GenericRunner(provider, weights, **opts)
 
 
 class Model:
@@ -98,7 +98,7 @@ class Model:
 
     def __init__(
         self,
-        backend: Any,
+        runner: Any,
         *,
         selection: Selection | None = None,
         tokenizer: Any | None = None,
@@ -106,8 +106,8 @@ class Model:
         path: Path | None = None,
         load_s: float = 0.0,
     ) -> None:
-        self.backend = backend
-        self.config = backend.config
+        self.runner = runner
+        self.config = runner.config
         self._selection = selection
         self.tokenizer = tokenizer
         self.weights = weights
@@ -135,7 +135,7 @@ class Model:
         """Run in-memory weights (tests, random models) on the selected device."""
         t0 = time.perf_counter()
         selection = select(device)
-        backend = _make_backend(
+        runner = _make_runner(
             selection.provider,
             weights,
             quantize_activations=quantize_activations,
@@ -145,7 +145,7 @@ class Model:
         if tokenizer is None:
             tokenizer = _tokenizer_from_metadata(weights.metadata)
         return cls(
-            backend,
+            runner,
             selection=selection,
             tokenizer=tokenizer,
             weights=weights,
@@ -160,12 +160,12 @@ class Model:
 
     @property
     def provider(self) -> Any:
-        return self.backend.provider
+        return self.runner.provider
 
     @property
     def availability(self) -> Any:
         """The probe's answer for this model's device: the one that selected it, else (a
-        model made from a backend directly, so asked for) the provider's explicit probe."""
+        model made from a runner directly, so asked for) the provider's explicit probe."""
         if self._selection is not None and self._selection.availability is not None:
             return self._selection.availability
         probe = getattr(self.provider, "probe", None)
@@ -173,13 +173,13 @@ class Model:
 
     @property
     def quantize_activations(self) -> bool:
-        return bool(getattr(self.backend, "quantize_activations", True))
+        return bool(getattr(self.runner, "quantize_activations", True))
 
     # --- numbers -------------------------------------------------------------------
     def logits(self, token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """float32 logits ``[T, vocab]`` of every position of ``token_ids`` (fresh context)."""
-        with self.backend.new_cache() as seq:
-            return self.backend.forward(np.asarray(token_ids), seq, all_logits=True)
+        with self.runner.new_cache() as seq:
+            return self.runner.forward(np.asarray(token_ids), seq, all_logits=True)
 
     # --- text -----------------------------------------------------------------------
     def _need_tokenizer(self) -> Any:
@@ -221,7 +221,7 @@ class Model:
     def session(self) -> Session:
         """A KV-cache sequence kept across calls (``stream(..., session=s)``): a chat
         re-sends the whole conversation and only the new suffix is computed."""
-        return Session(self.backend)
+        return Session(self.runner)
 
     def stream_ids(
         self,
@@ -236,7 +236,7 @@ class Model:
         ids = self._prompt_ids(prompt)
         self.last_stats, self.last_params = GenerationStats(), params
         return generate_tokens(
-            self.backend, ids, params, eos_ids=self.eos_ids, stats=self.last_stats, session=session
+            self.runner, ids, params, eos_ids=self.eos_ids, stats=self.last_stats, session=session
         )
 
     def generate_ids(
@@ -258,7 +258,7 @@ class Model:
         ids = self._prompt_ids(prompt)
         self.last_stats, self.last_params = GenerationStats(), params
         tokens = generate_tokens(
-            self.backend, ids, params, eos_ids=self.eos_ids, stats=self.last_stats, session=session
+            self.runner, ids, params, eos_ids=self.eos_ids, stats=self.last_stats, session=session
         )
         return stream_text(tokens, tok.decode, ids, params.stop, self.last_stats)
 
@@ -330,7 +330,7 @@ def load(
         select(device)  # raises the device error, if any
         raise
     selection = select(device)
-    backend = _make_backend(
+    runner = _make_runner(
         selection.provider,
         weights,
         quantize_activations=quantize_activations,
@@ -338,7 +338,7 @@ def load(
         progress=progress,
     )
     return Model(
-        backend,
+        runner,
         selection=selection,
         tokenizer=tokenizer,
         weights=weights,

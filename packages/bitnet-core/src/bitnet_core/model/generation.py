@@ -47,21 +47,21 @@ class Session:
     """One KV-cache sequence kept across generations (a chat): each new prompt
     reuses the cached tokens it shares as a prefix with what the sequence holds."""
 
-    def __init__(self, backend) -> None:
-        self.backend = backend
+    def __init__(self, runner) -> None:
+        self.runner = runner
         self.seq = None
         self.ids: list[int] = []
 
     @property
     def max_len(self) -> int:
         if self.seq is None or not self.seq.usable:
-            self.seq, self.ids = self.backend.new_cache(), []
+            self.seq, self.ids = self.runner.new_cache(), []
         return self.seq.max_len
 
     def prefill(self, ids: list[int]) -> tuple[np.ndarray, int]:
         """Last-position logits of ``ids``, computing only the uncached suffix; (logits, reused)."""
         if self.seq is None or not self.seq.usable:
-            self.seq, self.ids = self.backend.new_cache(), []
+            self.seq, self.ids = self.runner.new_cache(), []
         n = 0
         for a, b in zip(self.ids, ids):  # noqa: B905 - lengths differ by design
             if a != b:
@@ -70,12 +70,12 @@ class Session:
         n = min(n, len(ids) - 1, self.seq.length)  # at least one token to get logits from
         self.seq.truncate(n)
         self.ids = self.ids[:n]
-        logits = self.backend.forward(np.asarray(ids[n:]), self.seq)
+        logits = self.runner.forward(np.asarray(ids[n:]), self.seq)
         self.ids = list(ids)
         return logits, n
 
     def step(self, token: int) -> np.ndarray:
-        logits = self.backend.forward(np.asarray([token]), self.seq)
+        logits = self.runner.forward(np.asarray([token]), self.seq)
         self.ids.append(int(token))
         return logits
 
@@ -96,7 +96,7 @@ class Session:
 
 
 def generate_tokens(
-    backend,
+    runner,
     prompt_ids: Sequence[int],
     params: SamplingParams,
     *,
@@ -122,7 +122,7 @@ def generate_tokens(
     sampler = Sampler(params)
     eos = set(int(e) for e in eos_ids)
     own = session is None
-    sess = Session(backend) if own else session
+    sess = Session(runner) if own else session
     try:
         if len(ids) >= sess.max_len:
             raise ContextLengthError(

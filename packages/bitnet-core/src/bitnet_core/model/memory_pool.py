@@ -2,8 +2,8 @@
 
 Provider-agnostic: it is given the function that allocates on the device
 (``provider.empty`` or a CuPy/OpenCL allocator) and never looks inside the
-arrays it hands out. The generic backend takes its KV cache buffers from one;
-a GPU backend can use it for activations too.
+arrays it hands out. The generic runner takes its KV cache buffers from one;
+a GPU runner can use it for activations too.
 
 A released buffer keeps its old contents: callers that need zeros clear it.
 """

@@ -113,7 +113,7 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
             "device_kind": getattr(avail, "device_kind", "")
             or getattr(provider, "device_kind", ""),
             "device": getattr(avail, "device", ""),
-            "backend": type(model.backend).__name__,
+            "runner": type(model.runner).__name__,
             "kernels": kernel_names(provider, mark),
             "submissions": _since(trace, mark, "submissions"),
             "fallbacks": _since(trace, mark, "fallbacks") or [],

@@ -18,7 +18,7 @@ Settings (environment, or the constructor / ``set_threads``):
   copy of the table with per-row scales: half the bytes of float16, an
   approximation (about 1% relative error of the logits), so off by default;
 - ``BITNET_CPU_FUSED=0``: run models op by op through the generic engine
-  instead of the fused C++ forward pass (``cpu_backend.FusedCpuBackend``).
+  instead of the fused C++ forward pass (``cpu_runner.FusedCpuRunner``).
 
 See docs/CPU_KERNELS.md for the layouts and kernels.
 """
@@ -218,7 +218,7 @@ class NativeCpuProvider(ReferenceProvider):
         self._i8_tables[id(table)] = (table, dense)  # keeps `table` alive: its id stays unique
         return dense
 
-    # --- the fused backend -------------------------------------------------------
+    # --- the fused runner --------------------------------------------------------
     def native_module(self) -> Any:
         """``bitnet_core._native`` (``UnsupportedOperationError`` with the reason if missing)."""
         mod, reason = load_native()
@@ -226,14 +226,14 @@ class NativeCpuProvider(ReferenceProvider):
             raise UnsupportedOperationError(reason)
         return mod
 
-    def make_backend(self, weights: Any, **opts: Any) -> Any:
-        """The fused C++ forward pass (``cpu_backend``), or None with ``BITNET_CPU_FUSED=0``."""
-        from .cpu_backend import FusedCpuBackend, fused_enabled
+    def make_runner(self, weights: Any, **opts: Any) -> Any:
+        """The fused C++ forward pass (``cpu_runner``), or None with ``BITNET_CPU_FUSED=0``."""
+        from .cpu_runner import FusedCpuRunner, fused_enabled
 
         if not fused_enabled():
             return None
         if weights.config.linear_norms:
-            from ..model.backend import generic_engine_fallback
+            from ..model.runner import generic_engine_fallback
 
             generic_engine_fallback(
                 self,
@@ -241,7 +241,7 @@ class NativeCpuProvider(ReferenceProvider):
                 "(use_rms_norm); the generic engine runs this model",
             )
             return None
-        return FusedCpuBackend(self, weights, **opts)
+        return FusedCpuRunner(self, weights, **opts)
 
     def rope(
         self,

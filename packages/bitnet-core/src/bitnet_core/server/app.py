@@ -82,7 +82,7 @@ def create_app(
     latencies = Latencies()
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     started = time.time()
-    kv = getattr(getattr(model, "backend", None), "kv", None)
+    kv = getattr(getattr(model, "runner", None), "kv", None)
     context = int(getattr(kv, "max_seq_len", 0) or model.config.context_length)
 
     # --- errors: always the OpenAI body, never a 500 for bad input -------------------

@@ -68,7 +68,7 @@ def render_metrics(
     model: Any, scheduler: Scheduler, started: float, latencies: Latencies | None = None
 ) -> str:
     s = scheduler.stats
-    kv = model.backend.kv.stats() if hasattr(getattr(model, "backend", None), "kv") else {}
+    kv = model.runner.kv.stats() if hasattr(getattr(model, "runner", None), "kv") else {}
     tps = s.generated_tokens_total / s.decode_seconds_total if s.decode_seconds_total > 0 else 0.0
     rows: list[tuple[str, str, str, float]] = [
         ("bitnet_requests_total", "counter", "Requests accepted", s.requests_total),

@@ -1,7 +1,7 @@
 """The scheduler of ``bitnet serve``: one worker thread, continuous batching.
 
 Requests wait in a bounded queue; up to ``max_active`` of them run together.
-Each step of the worker is one ``backend.forward_batch`` call for every
+Each step of the worker is one ``runner.forward_batch`` call for every
 active sequence: one token of each sequence that is decoding, then prompt
 tokens of the sequences still prefilling, up to ``step_tokens`` tokens in
 all (the step's token budget). A prompt longer than what is left of the
@@ -165,7 +165,7 @@ class Scheduler:
             raise ContextLengthError(
                 "the prompt is empty: nothing to condition on (add a BOS token)"
             )
-        job.seq = self.model.backend.new_cache()
+        job.seq = self.model.runner.new_cache()
         if len(job.prompt_ids) >= job.seq.max_len:
             raise ContextLengthError(
                 f"prompt of {len(job.prompt_ids)} tokens does not fit the context of "
@@ -216,15 +216,15 @@ class Scheduler:
 
     def _forward(self, plan: list[tuple[Job, list[int]]]) -> list[np.ndarray | BaseException]:
         """Logits of each planned job's last token (or the error its sequence raised)."""
-        backend = self.model.backend
+        runner = self.model.runner
         items = [(np.asarray(ids, dtype=np.int64), j.seq) for j, ids in plan]
         try:
-            return list(backend.forward_batch(items))
+            return list(runner.forward_batch(items))
         except Exception:  # noqa: BLE001 - find the sequence(s) at fault, one by one
             out: list[np.ndarray | BaseException] = []
             for item in items:
                 try:
-                    out.append(backend.forward_batch([item])[0])
+                    out.append(runner.forward_batch([item])[0])
                 except Exception as exc:  # noqa: BLE001
                     out.append(exc)
             return out

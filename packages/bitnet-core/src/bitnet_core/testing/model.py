@@ -3,8 +3,8 @@
 Small random BitNet models (``bitnet_core.model.random_weights``; awkward
 sizes: FFN widths and vocabularies that are no multiple of any block,
 grouped-query heads, a partial rotary dimension, both FFN activations, tied
-and untied heads) run on the provider under test, through its own backend
-when it offers one (``make_backend``) else the generic engine, and on
+and untied heads) run on the provider under test, through its own runner
+when it offers one (``make_runner``) else the generic engine, and on
 ``cpu-reference`` through the generic engine. Compared:
 
 - ``prefill``: the logits of every position of one prompt;
@@ -88,7 +88,7 @@ FILE_FORMATS = ("tq2_0", "tq1_0", "i2_s", "qk256")
 #: also checked: a TQ2_0 file whose embedding/head table is BF16 (``table_dtypes``)
 FILE_TABLES = ("bf16",)
 
-_REFERENCE_BACKENDS: dict[str, Any] = {}
+_REFERENCE_RUNNERS: dict[str, Any] = {}
 _FILES: dict[str, Any] = {}
 
 
@@ -108,7 +108,7 @@ def _kv_config(provider: Any) -> Any:
     (0.4 % on the trained demo model), so it is compared in float32.
     """
     from ..model import KVCacheConfig
-    from ..model.backend import provider_kv_dtypes
+    from ..model.runner import provider_kv_dtypes
 
     supported = provider_kv_dtypes(provider)
     return KVCacheConfig(dtype="float32" if "float32" in supported else supported[0])
@@ -118,28 +118,28 @@ def _reference(config_name: str, provider: Any) -> Any:
     """The reference engine for a config and ``provider``'s KV dtype (built once per process)."""
     kv = _kv_config(provider)
     key = f"{config_name}/{kv.dtype}"
-    if key not in _REFERENCE_BACKENDS:
-        from ..model import GenericBackend
+    if key not in _REFERENCE_RUNNERS:
+        from ..model import GenericRunner
         from ..providers.reference import ReferenceProvider
 
-        _REFERENCE_BACKENDS[key] = GenericBackend(
+        _REFERENCE_RUNNERS[key] = GenericRunner(
             ReferenceProvider(), _weights(config_name), progress=False, kv_cache=kv
         )
-    return _REFERENCE_BACKENDS[key]
+    return _REFERENCE_RUNNERS[key]
 
 
 def _backend(provider: Any, config_name: str) -> Any:
-    """The provider's own backend when it offers one, else the generic engine."""
+    """The provider's own runner when it offers one, else the generic engine."""
     return _provider_backend(provider, _weights(config_name))
 
 
 def _provider_backend(provider: Any, weights: Any) -> Any:
-    from ..model import GenericBackend
+    from ..model import GenericRunner
 
     opts = dict(progress=False, kv_cache=_kv_config(provider))
-    make = getattr(provider, "make_backend", None)
-    backend = make(weights, **opts) if make is not None else None
-    return backend if backend is not None else GenericBackend(provider, weights, **opts)
+    make = getattr(provider, "make_runner", None)
+    runner = make(weights, **opts) if make is not None else None
+    return runner if runner is not None else GenericRunner(provider, weights, **opts)
 
 
 def _prompt(config_name: str, n: int, seed: int) -> np.ndarray:
@@ -250,7 +250,7 @@ def _file_weights(fmt: str, tables: str = "f16") -> Any:
 
 
 def check_file(provider: Any, fmt: str, tables: str = "f16") -> None:
-    from ..model import GenericBackend
+    from ..model import GenericRunner
     from ..providers.reference import ReferenceProvider
 
     weights = _file_weights(fmt, tables)
@@ -258,11 +258,11 @@ def check_file(provider: Any, fmt: str, tables: str = "f16") -> None:
     key = f"file-{fmt}-{tables}"
     kv = _kv_config(provider)
     key = f"{key}/{kv.dtype}"
-    if key not in _REFERENCE_BACKENDS:
-        _REFERENCE_BACKENDS[key] = GenericBackend(
+    if key not in _REFERENCE_RUNNERS:
+        _REFERENCE_RUNNERS[key] = GenericRunner(
             ReferenceProvider(), weights, progress=False, kv_cache=kv
         )
-    want = _REFERENCE_BACKENDS[key].logits(ids)
+    want = _REFERENCE_RUNNERS[key].logits(ids)
     _close(
         f"prefill logits of a {fmt} GGUF model with {tables} tables",
         _provider_backend(provider, weights).logits(ids),

@@ -334,7 +334,7 @@ def check_attention(
     cache is checked against the reference on the same float16 cache). The
     first ``store_only`` steps only fill the cache (a long prefill is costly for numpy).
     """
-    from ..model.backend import provider_kv_dtypes
+    from ..model.runner import provider_kv_dtypes
 
     for kv_dtype in provider_kv_dtypes(p):
         _check_attention_steps(

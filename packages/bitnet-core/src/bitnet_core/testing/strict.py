@@ -83,7 +83,7 @@ def parity_suite(prompt_lengths: Sequence[int]) -> type:
             assert_logits_close(dut_model.logits(prompt), ref_model.logits(prompt))
 
         def test_decode_steps(self, models: Any) -> None:
-            check_decode_steps(models[0].backend, models[1].backend)
+            check_decode_steps(models[0].runner, models[1].runner)
 
         def test_greedy_tokens(self, models: Any) -> None:
             check_greedy_equal(*models)

@@ -13,7 +13,7 @@
 // - embedding/output tables: float32 [N, k], or float16 / bfloat16 [N, kp] with
 //   rows padded to kp, a multiple of 8, so the head reads 16 bytes a lane.
 //
-// The kernels after "fused decode step" are the CUDA backend's (backend.py): they
+// The kernels after "fused decode step" are the CUDA runner's (runner.py): they
 // read the token ids and the position from device memory, so one decode step can
 // be captured in a CUDA graph and replayed at every position.
 #include <cuda_fp16.h>
@@ -442,7 +442,7 @@ extern "C" __global__ void attention_f16(const float* __restrict__ q, const __ha
 }
 
 // ---------------------------------------------------------------------------------------
-// Fused decode step (backend.py). `ids` and `pos` are device buffers written before each
+// Fused decode step (runner.py). `ids` and `pos` are device buffers written before each
 // step; everything else a step touches stays at fixed addresses.
 
 // x[t, :] = table[ids[t], :] (float32 out); `stride` is the table's row length in elements.

@@ -56,20 +56,20 @@ class BenchRun:
 
 def bench_once(model, n_prompt: int, n_gen: int, rng: np.random.Generator) -> BenchRun:
     """One prefill of ``n_prompt`` random ids then ``n_gen`` greedy decode steps."""
-    backend = model.backend
+    runner = model.runner
     trace = launch_trace(model.provider)
     ids = rng.integers(0, model.config.vocab_size, size=n_prompt)
     host = wall = 0.0
-    with backend.new_cache(n_prompt + n_gen + 1) as seq:
+    with runner.new_cache(n_prompt + n_gen + 1) as seq:
         t0 = time.perf_counter()
-        logits = backend.forward(ids, seq)
+        logits = runner.forward(ids, seq)
         t_prompt = time.perf_counter() - t0
         submitted = trace.submissions if trace is not None else 0
         t0 = time.perf_counter()
         for _ in range(n_gen):
             token = np.array([int(np.argmax(logits))])
             h0, w0 = time.thread_time(), time.perf_counter()
-            logits = backend.forward(token, seq)
+            logits = runner.forward(token, seq)
             host += time.thread_time() - h0
             wall += time.perf_counter() - w0
         t_gen = time.perf_counter() - t0
@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         "provider": model.provider.name,
         "startup": str(model.selection),
         "act_quant": model.quantize_activations,
-        "kv_cache_dtype": str(getattr(getattr(model.backend, "kv", None), "dtype", "unknown")),
+        "kv_cache_dtype": str(getattr(getattr(model.runner, "kv", None), "dtype", "unknown")),
         "n_prompt": args.n_prompt,
         "n_gen": args.n_gen,
         "repetitions": args.repetitions,

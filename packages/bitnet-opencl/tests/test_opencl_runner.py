@@ -1,4 +1,4 @@
-"""The fused, recorded decode step (``OpenCLBackend``): greedy tokens equal the CPU's,
+"""The fused, recorded decode step (``OpenCLRunner``): greedy tokens equal the CPU's,
 re-recorded when the KV cache grows, and the submissions a step makes, through the
 command buffer and through the ctypes loop (``BITNET_OPENCL_COMMAND_BUFFER=0``)."""
 
@@ -9,12 +9,12 @@ import pytest
 
 from bitnet_core.errors import StrictModeError
 from bitnet_core.model import Model, random_weights
-from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.kv_cache import KVCacheConfig
+from bitnet_core.model.runner import GenericRunner
 from bitnet_core.testing.strict import assert_logits_close, strict_config
-from bitnet_opencl import backend as backend_module
-from bitnet_opencl.backend import OpenCLBackend
+from bitnet_opencl import runner as runner_module
 from bitnet_opencl.replay import COMMAND_BUFFER_EXT
+from bitnet_opencl.runner import OpenCLRunner
 
 BLOCK = 16  # KV blocks of 16 tokens: a 40-token generation crosses capacities 16, 32, 64
 
@@ -66,16 +66,16 @@ def test_greedy_tokens_equal_the_cpu_across_capacity_crossings(
 ):
     """Greedy tokens and every step's logits as the CPU reference's with the same cache
     dtype; with 7 keys a split the attention runs over 2, 4 and 9 splits (some empty)."""
-    monkeypatch.setattr(backend_module, "KEYS_PER_SPLIT", keys_per_split)
+    monkeypatch.setattr(runner_module, "KEYS_PER_SPLIT", keys_per_split)
     cpu = Model.from_weights(weights, device="cpu-reference", kv_cache=KVCacheConfig(dtype=kv))
     model = _opencl(weights, dtype=kv)
-    backend = model.backend
-    assert isinstance(backend, OpenCLBackend) and backend.fused
+    backend = model.runner
+    assert isinstance(backend, OpenCLRunner) and backend.fused
     trace = model.provider.trace
     rope_store = "rope_store_f16" if kv == "float16" else "rope_store"
     recorded = trace.kernels[rope_store]
     got, got_logits = _greedy(backend, [4, 8, 15, 16, 23], 40)
-    want, want_logits = _greedy(cpu.backend, [4, 8, 15, 16, 23], 40)
+    want, want_logits = _greedy(cpu.runner, [4, 8, 15, 16, 23], 40)
     assert got == want
     for g, w in zip(got_logits, want_logits, strict=True):
         assert_logits_close(g, w)
@@ -88,7 +88,7 @@ def test_greedy_tokens_equal_the_cpu_across_capacity_crossings(
 
 def test_a_decode_step_is_three_submissions_with_a_command_buffer(weights, mode):
     model = _opencl(weights)
-    backend, trace = model.backend, model.provider.trace
+    backend, trace = model.runner, model.provider.trace
     with backend.new_cache() as seq:
         logits = backend.forward([1, 2, 3], seq)
         backend.forward([int(np.argmax(logits))], seq)  # recorded here
@@ -118,7 +118,7 @@ def test_the_loop_is_a_visible_fallback_and_refused_in_strict_mode(weights, monk
 def test_sequences_interleaved_and_a_batch_step_stay_correct(weights, cpu, mode):
     """Two sequences (two recordings) decoded in turn, then one batched step."""
     model = _opencl(weights)
-    b, r = model.backend, cpu.backend
+    b, r = model.runner, cpu.runner
     with b.new_cache() as s1, b.new_cache() as s2, r.new_cache() as r1, r.new_cache() as r2:
         assert_logits_close(b.forward([1, 2], s1), r.forward([1, 2], r1))
         assert_logits_close(b.forward([7, 8, 9], s2), r.forward([7, 8, 9], r2))
@@ -133,5 +133,5 @@ def test_sequences_interleaved_and_a_batch_step_stay_correct(weights, cpu, mode)
 
 def test_fused_switch_off_keeps_the_generic_engine(weights, monkeypatch):
     monkeypatch.setenv("BITNET_OPENCL_FUSED", "0")
-    backend = _opencl(weights).backend
-    assert type(backend) is GenericBackend
+    backend = _opencl(weights).runner
+    assert type(backend) is GenericRunner

@@ -1,7 +1,7 @@
 """The WebGPU backend: a forward pass in ten dispatches a layer, encoded from a prebuilt list.
 
-The generic engine (``bitnet_core.model.GenericBackend``) calls ~25 provider
-ops a layer, each a Python call that sets up a dispatch. ``WebGPUBackend``
+The generic engine (``bitnet_core.model.GenericRunner``) calls ~25 provider
+ops a layer, each a Python call that sets up a dispatch. ``WebGPURunner``
 keeps the generic engine's weights upload, KV cache and locking, and runs a
 token through the fused shaders instead::
 
@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.hal.switches import env_enabled
-from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.kv_cache import Sequence
+from bitnet_core.model.runner import GenericRunner
 
 from .device import Device, _entry, _raw
 from .memory import GpuArray, GpuTernary
@@ -238,8 +238,8 @@ class FusedLayer:
     down: GpuTernary
 
 
-class WebGPUBackend(GenericBackend):
-    """``GenericBackend`` whose forward pass runs the fused shaders from prebuilt step plans."""
+class WebGPURunner(GenericRunner):
+    """``GenericRunner`` whose forward pass runs the fused shaders from prebuilt step plans."""
 
     #: cache capacity per split of the decode attention (fewer: more, shorter splits)
     keys_per_split = 128

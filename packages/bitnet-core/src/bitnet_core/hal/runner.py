@@ -1,10 +1,10 @@
-"""Level 2 of the HAL: a ``Backend`` runs whole models on one provider's device.
+"""Level 2 of the HAL: a ``ModelRunner`` runs whole models on one provider's device.
 
 A backend loads a model's weights onto its provider once, owns the KV cache
 and the device memory pool, and turns token ids into logits. One generic
 implementation built on the Level 1 ops (``bitnet_core.model``) serves every
 provider; a backend package may return its own, fused one from
-``KernelProvider.make_backend`` when it has one.
+``KernelProvider.make_runner`` when it has one.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 
 
 @runtime_checkable
-class Backend(Protocol):
+class ModelRunner(Protocol):
     """Runs ``forward(token_ids, cache) -> logits`` for one model on one device."""
 
     @property

@@ -1,11 +1,11 @@
-"""The native CPU providers' own backend: the whole forward pass in one C++ call.
+"""The native CPU providers' own runner: the whole forward pass in one C++ call.
 
-``FusedCpuBackend`` is the generic engine (``bitnet_core.model.GenericBackend``:
+``FusedCpuRunner`` is the generic engine (``bitnet_core.model.GenericRunner``:
 same weights upload, KV cache, locking, chunked prefill) whose ``_forward``
 runs every layer inside ``bitnet_core._native.CpuModel`` with the GIL
 released, instead of ~15 Python-level ops a layer. The C++ runs the same ops
 (``csrc/compute.cpp``) in the same order as the generic path, so the logits
-are equal bit for bit (``tests/test_cpu_backend.py`` checks it); what it saves
+are equal bit for bit (``tests/test_cpu_runner.py`` checks it); what it saves
 is Python between ops, a new array per intermediate, and one activation
 quantization and thread hand-off for each of q/k/v and gate/up.
 ``forward_batch`` (a server step of several sequences) is one
@@ -16,7 +16,7 @@ equal its own ``forward``'s bit for bit.
 The ``llama`` graph (no sub-norms) runs here too: its layers hand the C++
 ``None`` for ``attn_sub_norm``/``ffn_sub_norm``, which it skips. A model with
 BitLinear input norms (``use_rms_norm``) is not built here:
-``NativeCpuProvider.make_backend`` gives it to the generic engine and says so.
+``NativeCpuProvider.make_runner`` gives it to the generic engine and says so.
 
 ``BITNET_CPU_FUSED=0`` turns it off (the generic op-by-op engine runs);
 ``quantize_activations=False`` always takes the generic path (float matmuls).
@@ -35,8 +35,8 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..hal.switches import env_enabled
-from ..model.backend import GenericBackend
 from ..model.kv_cache import Sequence
+from ..model.runner import GenericRunner
 from .file_pages import file_extent, release_file_pages
 
 
@@ -61,8 +61,8 @@ def fused_enabled() -> bool:
     return env_enabled("BITNET_CPU_FUSED")
 
 
-class FusedCpuBackend(GenericBackend):
-    """``GenericBackend`` with the forward pass of ``bitnet_core._native.CpuModel``."""
+class FusedCpuRunner(GenericRunner):
+    """``GenericRunner`` with the forward pass of ``bitnet_core._native.CpuModel``."""
 
     def __init__(self, provider: Any, weights: Any, **opts: Any) -> None:
         super().__init__(provider, weights, **opts)

@@ -1,10 +1,10 @@
-"""The fused CPU forward pass (``FusedCpuBackend``) against the op-by-op engine.
+"""The fused CPU forward pass (``FusedCpuRunner``) against the op-by-op engine.
 
 Both run the same C++ ops in the same order, so their logits must be equal
 bit for bit: prefill, decode steps through the KV cache (float16 and
 float32), chunked prefill, both FFN activations, GQA/MQA, partial rotary dims, untied heads, the int8
 head, file-backed TQ2_0 weights used in place, and 1 or 2 threads. (The
-conformance kit, test_cpu_conformance.py, checks the fused backend against
+conformance kit, test_cpu_conformance.py, checks the fused runner against
 the numpy reference within its tolerance.)
 """
 
@@ -18,8 +18,8 @@ from native_cpu import NAME_THREADS, native_provider
 
 from bitnet_core.config import BitNetConfig
 from bitnet_core.errors import ShapeError, StrictModeError
-from bitnet_core.model import GenericBackend, KVCacheConfig, ModelWeights, random_weights
-from bitnet_core.providers.cpu_backend import FusedCpuBackend
+from bitnet_core.model import GenericRunner, KVCacheConfig, ModelWeights, random_weights
+from bitnet_core.providers.cpu_runner import FusedCpuRunner
 from bitnet_core.testing.model import FILE_CONFIG, MODEL_CONFIGS
 
 
@@ -30,8 +30,8 @@ def prov_args(request):
 
 def _pair(name: str, threads: int, weights, kv_dtype: str | None = None, **kw):
     opts = dict(progress=False, kv_cache=KVCacheConfig(dtype=kv_dtype))
-    fused = FusedCpuBackend(native_provider(name, threads, **kw), weights, **opts)
-    generic = GenericBackend(native_provider(name, threads, **kw), weights, **opts)
+    fused = FusedCpuRunner(native_provider(name, threads, **kw), weights, **opts)
+    generic = GenericRunner(native_provider(name, threads, **kw), weights, **opts)
     return fused, generic
 
 
@@ -76,7 +76,7 @@ def test_fused_int8_head_equals_generic(prov_args):
     got = fused.logits(ids)
     np.testing.assert_array_equal(got, generic.logits(ids))
     # and it is the int8 head, not the float one
-    exact = FusedCpuBackend(native_provider(*prov_args), weights, progress=False).logits(ids)
+    exact = FusedCpuRunner(native_provider(*prov_args), weights, progress=False).logits(ids)
     assert not np.array_equal(got, exact)
     assert np.abs(got - exact).max() <= 0.05 * np.abs(exact).max()
 
@@ -99,8 +99,8 @@ def test_fused_long_prompt_in_sub_batches(prov_args):
 def test_fused_chunked_prefill(prov_args):
     weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=2)
     prov = native_provider(*prov_args)
-    whole = FusedCpuBackend(prov, weights, progress=False)
-    chunked = FusedCpuBackend(prov, weights, progress=False, max_batch=4)
+    whole = FusedCpuRunner(prov, weights, progress=False)
+    chunked = FusedCpuRunner(prov, weights, progress=False, max_batch=4)
     ids = np.random.default_rng(0).integers(0, weights.config.vocab_size, size=23)
     np.testing.assert_array_equal(chunked.logits(ids), whole.logits(ids))
 
@@ -125,12 +125,12 @@ def test_fused_on_file_weights(prov_args, layout, tmp_path):
     np.testing.assert_array_equal(fused.logits(ids), generic.logits(ids))
 
 
-def test_make_backend_and_opt_out(monkeypatch):
+def test_make_runner_and_opt_out(monkeypatch):
     prov = native_provider("cpu-scalar", 1)
     weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=1)
-    assert isinstance(prov.make_backend(weights, progress=False), FusedCpuBackend)
+    assert isinstance(prov.make_runner(weights, progress=False), FusedCpuRunner)
     monkeypatch.setenv("BITNET_CPU_FUSED", "0")
-    assert prov.make_backend(weights, progress=False) is None
+    assert prov.make_runner(weights, progress=False) is None
 
 
 def test_llama_graph_skips_the_sub_norms_in_the_fused_pass():
@@ -140,8 +140,8 @@ def test_llama_graph_skips_the_sub_norms_in_the_fused_pass():
     weights = random_weights(cfg, seed=2)
     assert not any("sub_norm" in n for n in weights.dense)
     prov = native_provider("cpu-scalar", 1)
-    fused = prov.make_backend(weights, progress=False)
-    assert isinstance(fused, FusedCpuBackend) and fused.weights.layers[0].attn_sub_norm is None
+    fused = prov.make_runner(weights, progress=False)
+    assert isinstance(fused, FusedCpuRunner) and fused.weights.layers[0].attn_sub_norm is None
     ids = np.array([3, 1, 4, 1, 5, 9, 2, 6])
     ones = dict(weights.dense)
     for i in range(cfg.num_layers):
@@ -149,7 +149,7 @@ def test_llama_graph_skips_the_sub_norms_in_the_fused_pass():
         ones[f"blk.{i}.ffn_sub_norm.weight"] = np.ones(cfg.intermediate_size, np.float32)
     bitnet_cfg = dataclasses.replace(cfg, arch="bitnet")
     normed = ModelWeights(bitnet_cfg, weights.ternary, ones)
-    with_norms = FusedCpuBackend(prov, normed, progress=False).logits(ids)
+    with_norms = FusedCpuRunner(prov, normed, progress=False).logits(ids)
     assert not np.allclose(fused.logits(ids), with_norms, rtol=1e-3, atol=1e-3)
 
 
@@ -159,19 +159,19 @@ def test_bitlinear_input_norms_fall_back_to_the_generic_engine(monkeypatch, capl
     assert "blk.1.ffn_down_in_norm.weight" in weights.dense
     prov = native_provider("cpu-scalar", 1)
     with caplog.at_level("WARNING"):
-        assert prov.make_backend(weights, progress=False) is None
+        assert prov.make_runner(weights, progress=False) is None
     assert "no BitLinear input norms (use_rms_norm)" in caplog.text
     assert any("use_rms_norm" in r for r in prov.trace.fallbacks)
     monkeypatch.setenv("BITNET_STRICT_MODE", "1")  # strict mode refuses the fallback
     with pytest.raises(StrictModeError):
-        native_provider("cpu-scalar", 1).make_backend(weights, progress=False)
+        native_provider("cpu-scalar", 1).make_runner(weights, progress=False)
 
 
 def test_float_matmuls_take_the_generic_path():
     prov = native_provider("cpu-scalar", 1)
     weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=1)
-    fused = FusedCpuBackend(prov, weights, progress=False, quantize_activations=False)
-    generic = GenericBackend(prov, weights, progress=False, quantize_activations=False)
+    fused = FusedCpuRunner(prov, weights, progress=False, quantize_activations=False)
+    generic = GenericRunner(prov, weights, progress=False, quantize_activations=False)
     ids = np.array([1, 2, 3])
     np.testing.assert_array_equal(fused.logits(ids), generic.logits(ids))
 
@@ -179,7 +179,7 @@ def test_float_matmuls_take_the_generic_path():
 def test_bad_caches_are_clear_errors():
     prov = native_provider("cpu-scalar", 1)
     weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=1)
-    fused = FusedCpuBackend(prov, weights, progress=False)
+    fused = FusedCpuRunner(prov, weights, progress=False)
     model = fused._model
     cfg = weights.config
     good = [
@@ -203,7 +203,7 @@ def test_bad_caches_are_clear_errors():
         model.forward(ids, ro, ro, 0, False, 1)
     with pytest.raises(ValueError, match="out of range"):
         model.forward(np.array([cfg.vocab_size]), good, good, 0, False, 1)
-    # through the backend: a bitnet_core error, the cache untouched
+    # through the runner: a bitnet_core error, the cache untouched
     with fused.new_cache() as seq, pytest.raises(ShapeError):
         fused.forward([cfg.vocab_size], seq)
 
@@ -225,7 +225,7 @@ def test_forward_batch_equals_forward(prov_args, config_name, kv_dtype):
     forward bit for bit: on the fused engine and on the op-by-op generic one."""
     weights = random_weights(BitNetConfig(**CONFIGS[config_name]), seed=12)
     fused, generic = _pair(*prov_args, weights, kv_dtype)
-    solo = FusedCpuBackend(
+    solo = FusedCpuRunner(
         native_provider(*prov_args), weights, progress=False, kv_cache=KVCacheConfig(dtype=kv_dtype)
     )
     rng = np.random.default_rng(8)
@@ -237,8 +237,8 @@ def test_forward_batch_equals_forward(prov_args, config_name, kv_dtype):
     for step in BATCH_STEPS:
         chunks = [(j, rng.integers(0, vocab, size=n)) for j, n in step]
         want = np.stack([solo.forward(ids, seqs["solo"][j]) for j, ids in chunks])
-        for name, backend in engines.items():
-            got = backend.forward_batch([(ids, seqs[name][j]) for j, ids in chunks])
+        for name, runner in engines.items():
+            got = runner.forward_batch([(ids, seqs[name][j]) for j, ids in chunks])
             assert got.shape == (len(chunks), vocab) and got.dtype == np.float32
             np.testing.assert_array_equal(got, want, err_msg=f"{name} step {step}")
     for name in engines:
@@ -247,7 +247,7 @@ def test_forward_batch_equals_forward(prov_args, config_name, kv_dtype):
 
 def test_forward_batch_int8_head_equals_forward(prov_args):
     weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=6)
-    fused = FusedCpuBackend(native_provider(*prov_args, int8_head=True), weights, progress=False)
+    fused = FusedCpuRunner(native_provider(*prov_args, int8_head=True), weights, progress=False)
     with (
         fused.new_cache() as a,
         fused.new_cache() as b,
@@ -264,15 +264,15 @@ def test_forward_batch_int8_head_equals_forward(prov_args):
 def test_forward_batch_bad_input_appends_nothing(prov_args):
     weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=6)
     fused, generic = _pair(*prov_args, weights)
-    for backend in (fused, generic):
-        with backend.new_cache() as a, backend.new_cache() as b:
-            backend.forward([1, 2], a)
+    for runner in (fused, generic):
+        with runner.new_cache() as a, runner.new_cache() as b:
+            runner.forward([1, 2], a)
             with pytest.raises(ShapeError, match="twice"):
-                backend.forward_batch([([3], a), ([4], a)])
+                runner.forward_batch([([3], a), ([4], a)])
             with pytest.raises(ShapeError, match="at least one"):
-                backend.forward_batch([])
+                runner.forward_batch([])
             with pytest.raises(ShapeError, match="at least one token"):
-                backend.forward_batch([([3], a), ([], b)])
+                runner.forward_batch([([3], a), ([], b)])
             with pytest.raises(ShapeError, match="out of range|vocabulary"):
-                backend.forward_batch([([3], a), ([10**6], b)])
+                runner.forward_batch([([3], a), ([10**6], b)])
             assert (a.length, b.length) == (2, 0)

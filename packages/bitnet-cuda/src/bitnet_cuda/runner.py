@@ -1,10 +1,10 @@
 """The CUDA backend: a forward pass in ten kernels a layer, decode steps as CUDA graphs.
 
-The generic engine (``bitnet_core.model.GenericBackend``) calls ~25 provider
+The generic engine (``bitnet_core.model.GenericRunner``) calls ~25 provider
 ops a layer, each a Python call and a CuPy launch, some of them CuPy
 elementwise kernels and new allocations. On a GPU that decodes a 2B model's
 layer in tens of microseconds, launch overhead would be most of the time.
-``CudaBackend`` keeps the generic engine's weights upload, KV cache,
+``CudaRunner`` keeps the generic engine's weights upload, KV cache,
 locking and chunked prefill, and replaces its forward pass with the fused
 kernels of ``kernels/bitnet_kernels.cu`` (after "fused decode step")::
 
@@ -43,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.hal.switches import env_enabled
-from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.kv_cache import Sequence
+from bitnet_core.model.runner import GenericRunner
 
 from .provider import CudaProvider, CudaTernary, HalfTable
 
@@ -136,8 +136,8 @@ class StepBuffers:
             self.part_acc = cp.zeros((parts * cfg.head_dim,), dtype=np.float32)
 
 
-class CudaBackend(GenericBackend):
-    """``GenericBackend`` with the fused forward pass and graph-captured decode steps."""
+class CudaRunner(GenericRunner):
+    """``GenericRunner`` with the fused forward pass and graph-captured decode steps."""
 
     #: cache capacity per split of the decode attention (fewer: more, shorter splits)
     keys_per_split = 128

@@ -1,8 +1,8 @@
 """The OpenCL backend: a decode step in ten fused kernels a layer, recorded once and replayed.
 
-The generic engine (``bitnet_core.model.GenericBackend``) drives a decode step
+The generic engine (``bitnet_core.model.GenericRunner``) drives a decode step
 op by op from Python: ~25 provider calls a layer, each allocating and setting
-kernel arguments. ``OpenCLBackend`` keeps the generic engine's weights upload,
+kernel arguments. ``OpenCLRunner`` keeps the generic engine's weights upload,
 KV cache, locking, prefill and batched steps, and replaces the forward pass of
 one token with the fused kernels of ``kernels/fused.cl``::
 
@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import ProviderError
-from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.kv_cache import Sequence
+from bitnet_core.model.runner import GenericRunner
 
 from .buffers import CLArray
 from .memory import cl_op
@@ -128,8 +128,8 @@ class StepBuffers:
         self.logits = alloc((1, cfg.vocab_size))
 
 
-class OpenCLBackend(GenericBackend):
-    """``GenericBackend`` with a fused, recorded and replayed decode step."""
+class OpenCLRunner(GenericRunner):
+    """``GenericRunner`` with a fused, recorded and replayed decode step."""
 
     def __init__(self, provider: Any, weights: Any, **opts: Any) -> None:
         super().__init__(provider, weights, **opts)

@@ -1,4 +1,4 @@
-"""``WebGPUBackend``: the fused step against the reference engine, its plans and submissions."""
+"""``WebGPURunner``: the fused step against the reference engine, its plans and submissions."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from bitnet_core.config import BitNetConfig
 from bitnet_core.errors import StrictModeError, UnsupportedOperationError
 from bitnet_core.hal import REGISTRY
 from bitnet_core.model import KVCacheConfig, random_weights
-from bitnet_core.model.backend import GenericBackend
+from bitnet_core.model.runner import GenericRunner
 from bitnet_core.providers.reference import ReferenceProvider
 from bitnet_core.testing.model import LOGIT_ATOL
-from bitnet_webgpu.backend import WebGPUBackend
+from bitnet_webgpu.runner import WebGPURunner
 
 CFG = BitNetConfig(
     vocab_size=97, hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -30,15 +30,15 @@ def _provider():
     return type(rec.provider)()
 
 
-def _fused(kv: str = "float32", block: int = 64, weights=WEIGHTS) -> WebGPUBackend:
+def _fused(kv: str = "float32", block: int = 64, weights=WEIGHTS) -> WebGPURunner:
     p = _provider()
-    backend = p.make_backend(weights, kv_cache=KVCacheConfig(dtype=kv, block_size=block))
-    assert isinstance(backend, WebGPUBackend) and backend.fused
+    backend = p.make_runner(weights, kv_cache=KVCacheConfig(dtype=kv, block_size=block))
+    assert isinstance(backend, WebGPURunner) and backend.fused
     return backend
 
 
-def _reference(kv: str = "float32") -> GenericBackend:
-    return GenericBackend(ReferenceProvider(), WEIGHTS, kv_cache=KVCacheConfig(dtype=kv))
+def _reference(kv: str = "float32") -> GenericRunner:
+    return GenericRunner(ReferenceProvider(), WEIGHTS, kv_cache=KVCacheConfig(dtype=kv))
 
 
 def _greedy(backend, steps: int) -> tuple[list[int], list[np.ndarray]]:
@@ -126,10 +126,10 @@ def test_switches_change_no_tokens(monkeypatch, switch):
     want, want_logits = _greedy(_fused(), 8)
     monkeypatch.setenv(switch, "0")
     p = _provider()
-    backend = p.make_backend(WEIGHTS, kv_cache=KVCacheConfig(dtype="float32"))
+    backend = p.make_runner(WEIGHTS, kv_cache=KVCacheConfig(dtype="float32"))
     if switch == "BITNET_WEBGPU_FUSED":
         assert backend is None
-        backend = GenericBackend(p, WEIGHTS, kv_cache=KVCacheConfig(dtype="float32"))
+        backend = GenericRunner(p, WEIGHTS, kv_cache=KVCacheConfig(dtype="float32"))
     else:
         assert backend.native is None
     got, got_logits = _greedy(backend, 8)
@@ -145,13 +145,13 @@ def test_an_unsupported_head_dim_is_a_visible_fallback(monkeypatch):
     weights = random_weights(cfg, seed=1)
     monkeypatch.delenv("BITNET_STRICT_MODE", raising=False)
     p = _provider()
-    backend = p.make_backend(weights, kv_cache=KVCacheConfig(dtype="float32"))
+    backend = p.make_runner(weights, kv_cache=KVCacheConfig(dtype="float32"))
     assert not backend.fused and "head_dim 258" in p.trace.fallbacks[0]
-    ref = GenericBackend(ReferenceProvider(), weights, kv_cache=KVCacheConfig(dtype="float32"))
+    ref = GenericRunner(ReferenceProvider(), weights, kv_cache=KVCacheConfig(dtype="float32"))
     np.testing.assert_allclose(backend.logits([1, 2]), ref.logits([1, 2]), atol=LOGIT_ATOL)
     monkeypatch.setenv("BITNET_STRICT_MODE", "1")
     with pytest.raises(StrictModeError):
-        _provider().make_backend(weights)
+        _provider().make_runner(weights)
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -167,11 +167,11 @@ def test_a_table_larger_than_one_binding_is_bound_in_ranges(fused):
     p.dev.max_binding = 16384  # as an adapter with a small max-storage-buffer-binding-size
     kv = KVCacheConfig(dtype="float32")
     backend = (
-        p.make_backend(weights, kv_cache=kv) if fused else GenericBackend(p, weights, kv_cache=kv)
+        p.make_runner(weights, kv_cache=kv) if fused else GenericRunner(p, weights, kv_cache=kv)
     )
     ranges = p.table_ranges(backend.weights.embedding)
     assert [(r0, n) for r0, n, _ in ranges] == [(0, 128), (128, 72)]
-    ref = GenericBackend(ReferenceProvider(), weights, kv_cache=kv)
+    ref = GenericRunner(ReferenceProvider(), weights, kv_cache=kv)
     prompt = [199, 3, 128, 127, 64]  # rows at both ends of both ranges
     np.testing.assert_allclose(backend.logits(prompt), ref.logits(prompt), atol=LOGIT_ATOL)
     big = p.to_device(np.ones((200, 64), np.float32))  # 51200 bytes: ranges of 64 rows

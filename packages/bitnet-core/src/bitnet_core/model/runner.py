@@ -1,4 +1,4 @@
-"""The generic Level-2 backend: BitNet b1.58 built only from Level-1 provider ops.
+"""The generic Level-2 runner: BitNet b1.58 built only from Level-1 provider ops.
 
 The graph is llama.cpp's ``bitnet`` (``src/models/bitnet.cpp``) and
 transformers' ``BitNetForCausalLM``, per layer::
@@ -25,7 +25,7 @@ T = 1) and only the logits come back to the host. With
 ``quantize_activations=False`` every ternary matmul is
 ``matmul_ternary_float`` instead of ``linear`` (exact comparisons, debugging).
 
-Device arrays are opaque except for one thing: the backend reshapes them
+Device arrays are opaque except for one thing: the runner reshapes them
 between ``[T, H*D]`` and ``[T, H, D]``, through the protocol's
 ``provider.reshape(x, shape)``; for a provider written before that op, it
 falls back to ``x.reshape(shape)``, and failing that to a host round trip
@@ -99,9 +99,9 @@ def resolve_kv_dtype(provider: Any, config: KVCacheConfig | None) -> np.dtype:
 
 
 def generic_engine_fallback(provider: Any, reason: str) -> None:
-    """Say that ``provider``'s fused backend is given up for the generic engine, and why:
+    """Say that ``provider``'s fused runner is given up for the generic engine, and why:
     ``provider.trace.fallback`` where it has one (an error under BITNET_STRICT_MODE),
-    else a logged warning. The receipt names the backend that runs."""
+    else a logged warning. The receipt names the runner that runs."""
     trace = getattr(provider, "trace", None)
     if callable(getattr(trace, "fallback", None)):
         trace.fallback(reason)
@@ -109,7 +109,7 @@ def generic_engine_fallback(provider: Any, reason: str) -> None:
         log.warning("%s", reason)
 
 
-class GenericBackend:
+class GenericRunner:
     """Runs one model on one provider through the ops of the ``KernelProvider`` protocol."""
 
     def __init__(
@@ -192,8 +192,8 @@ class GenericBackend:
         if len({id(cache) for _, cache in batch}) != len(batch):
             raise ShapeError("forward_batch: a sequence appears twice in one step")
         cls = type(self)
-        if cls._forward is not GenericBackend._forward and (
-            cls._forward_batch is GenericBackend._forward_batch
+        if cls._forward is not GenericRunner._forward and (
+            cls._forward_batch is GenericRunner._forward_batch
         ):
             return np.stack([self.forward(ids, cache) for ids, cache in batch])
         with self._lock:

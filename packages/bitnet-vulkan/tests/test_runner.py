@@ -1,4 +1,4 @@
-"""``VulkanBackend``: the fused forward pass and recorded decode steps, on whole models.
+"""``VulkanRunner``: the fused forward pass and recorded decode steps, on whole models.
 
 Greedy tokens equal the CPU reference engine's (float32 and float16 caches),
 a decode step is one submission, the recorded step is recorded again when the
@@ -15,11 +15,11 @@ import pytest
 from bitnet_core.config import BitNetConfig
 from bitnet_core.errors import StrictModeError
 from bitnet_core.model.api import Model
-from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.random import random_weights
-from bitnet_vulkan.backend import VulkanBackend
+from bitnet_core.model.runner import GenericRunner
 from bitnet_vulkan.context import ENV_SUBGROUP
 from bitnet_vulkan.provider import VulkanProvider
+from bitnet_vulkan.runner import VulkanRunner
 
 PROMPT = [5, 300, 17, 17, 0, 42, 299, 8, 150, 3, 77]
 
@@ -51,7 +51,7 @@ def rel_l2(a, b):
 
 def test_fused_backend_is_used(vk, weights):
     dev = Model.from_weights(weights, device="vulkan")
-    assert isinstance(dev.backend, VulkanBackend) and dev.backend.fused
+    assert isinstance(dev.runner, VulkanRunner) and dev.runner.fused
     dev.logits(PROMPT)
     ran = set(dev.provider.trace.kernel_names())
     assert {"norm_quant", "rope_store", "attention_split"} <= ran
@@ -63,7 +63,7 @@ def test_logits_and_greedy_tokens_across_capacity_crossings(vk, weights):
     dev = Model.from_weights(weights, device="vulkan")
     a, b = ref.logits(PROMPT), dev.logits(PROMPT)
     assert rel_l2(a, b) < 1e-3 and (a.argmax(-1) == b.argmax(-1)).all()
-    backend = dev.backend
+    backend = dev.runner
     before = dict(backend.stream.stats)
     got = dev.generate_ids(PROMPT, max_tokens=80, temperature=0)
     assert got == ref.generate_ids(PROMPT, max_tokens=80, temperature=0)
@@ -79,7 +79,7 @@ def test_recorded_step_rerecorded_after_descriptor_reset(vk, weights):
     ref = Model.from_weights(weights, device="cpu-reference")
     want = ref.generate_ids(PROMPT, max_tokens=6, temperature=0)
     assert dev.generate_ids(PROMPT, max_tokens=6, temperature=0) == want
-    stream = dev.backend.stream
+    stream = dev.runner.stream
     stream._reset_descriptors()  # what dropping another model's weights does
     recorded = stream.stats["recorded"]
     assert dev.generate_ids(PROMPT, max_tokens=6, temperature=0) == want
@@ -88,7 +88,7 @@ def test_recorded_step_rerecorded_after_descriptor_reset(vk, weights):
 
 def test_decode_step_is_one_submission(vk, weights):
     dev = Model.from_weights(weights, device="vulkan")
-    backend, trace = dev.backend, dev.provider.trace
+    backend, trace = dev.runner, dev.provider.trace
     with backend.new_cache() as seq:
         tok = int(backend.forward(PROMPT, seq).argmax())
         for _ in range(2):  # the first step records its program
@@ -108,7 +108,7 @@ def test_float16_cache_greedy_tokens(vk, weights, kv_type):
     kv = KVCacheConfig(dtype=kv_type)
     ref = Model.from_weights(weights, device="cpu", kv_cache=kv)
     dev = Model.from_weights(weights, device="vulkan", kv_cache=kv)
-    assert str(dev.backend.kv.dtype) == kv_type
+    assert str(dev.runner.kv.dtype) == kv_type
     a, b = ref.logits(PROMPT), dev.logits(PROMPT)
     assert rel_l2(a, b) < 1e-2 and (a.argmax(-1) == b.argmax(-1)).mean() >= 0.9
     got = dev.generate_ids(PROMPT, max_tokens=40, temperature=0)
@@ -117,7 +117,7 @@ def test_float16_cache_greedy_tokens(vk, weights, kv_type):
 
 def test_batch_rows_equal_single_sequences(vk, weights):
     dev = Model.from_weights(weights, device="vulkan")
-    backend = dev.backend
+    backend = dev.runner
     prompts = [PROMPT, [7, 8, 9], [1]]
     want = []
     for p in prompts:
@@ -135,7 +135,7 @@ def test_batch_rows_equal_single_sequences(vk, weights):
 def test_switch_off_keeps_the_generic_engine(vk, weights, monkeypatch):
     monkeypatch.setenv("BITNET_VULKAN_FUSED", "0")
     dev = Model.from_weights(weights, device="vulkan")
-    assert type(dev.backend) is GenericBackend
+    assert type(dev.runner) is GenericRunner
 
 
 def test_no_subgroups_is_a_visible_fallback(weights, monkeypatch):
@@ -144,7 +144,7 @@ def test_no_subgroups_is_a_visible_fallback(weights, monkeypatch):
     if not p.probe(explicit=True).available:
         pytest.skip("no Vulkan device")
     try:
-        backend = VulkanBackend(p, weights)
+        backend = VulkanRunner(p, weights)
         assert not backend.fused
         assert any("fused forward pass unavailable" in r for r in p.trace.fallbacks)
         ref = Model.from_weights(weights, device="cpu-reference")
@@ -162,7 +162,7 @@ def test_no_subgroups_is_a_visible_fallback(weights, monkeypatch):
         np.testing.assert_allclose(got[1], ref.logits([4, 5])[-1], rtol=3e-2, atol=3e-2)
         monkeypatch.setenv("BITNET_STRICT_MODE", "1")
         with pytest.raises(StrictModeError):
-            VulkanBackend(p, weights)
+            VulkanRunner(p, weights)
     finally:
         p.close()
 
@@ -171,7 +171,7 @@ def test_interleaved_sequences_each_replay_their_own_step(vk, weights):
     """Two sequences decoding in turns (a server's pattern): a recorded step per cache."""
     ref = Model.from_weights(weights, device="cpu-reference")
     dev = Model.from_weights(weights, device="vulkan")
-    backend = dev.backend
+    backend = dev.runner
     prompts = [PROMPT, [9, 8, 7, 6]]
     want = [ref.generate_ids(p, max_tokens=8, temperature=0) for p in prompts]
     seqs = [backend.new_cache() for _ in prompts]

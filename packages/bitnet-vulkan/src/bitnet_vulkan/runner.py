@@ -1,10 +1,10 @@
 """The Vulkan backend: a forward pass in ten dispatches a layer, decode steps recorded once.
 
-The generic engine (``bitnet_core.model.GenericBackend``) calls ~20 provider
+The generic engine (``bitnet_core.model.GenericRunner``) calls ~20 provider
 ops a layer, each a Python call that looks up a pipeline, a descriptor set and
 a pooled buffer; even when the stream replays the step's command buffer, the
 host pays for every op (about 20 ms a step for 30 layers on lavapipe).
-``VulkanBackend`` keeps the generic engine's weights upload, KV cache, locking
+``VulkanRunner`` keeps the generic engine's weights upload, KV cache, locking
 and chunked prefill, and replaces its forward pass with fused shaders::
 
     norm_quant(x, attn_norm)              rmsnorm + int8 quantization (one subgroup a row)
@@ -42,8 +42,8 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.hal.switches import env_enabled
-from bitnet_core.model.backend import GenericBackend
 from bitnet_core.model.kv_cache import Sequence
+from bitnet_core.model.runner import GenericRunner
 
 from .arrays import Lease, VulkanArray, VulkanWeight
 from .launch import MATMUL_SG_CPU, MATMUL_SG_GPU, pow2_at_least
@@ -103,8 +103,8 @@ class StepBuffers:
         self.hx = new((rows, cfg.hidden_size))
 
 
-class VulkanBackend(GenericBackend):
-    """``GenericBackend`` with the fused forward pass and recorded decode steps."""
+class VulkanRunner(GenericRunner):
+    """``GenericRunner`` with the fused forward pass and recorded decode steps."""
 
     def __init__(self, provider: Any, weights: Any, **opts: Any) -> None:
         super().__init__(provider, weights, **opts)

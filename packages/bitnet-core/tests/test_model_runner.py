@@ -9,7 +9,7 @@ import pytest
 from bitnet_core import config as names
 from bitnet_core.config import BitNetConfig
 from bitnet_core.errors import ContextLengthError, ShapeError
-from bitnet_core.model import GenericBackend, Model, random_weights
+from bitnet_core.model import GenericRunner, Model, random_weights
 from bitnet_core.providers.reference import ReferenceProvider
 
 
@@ -109,7 +109,7 @@ def weights(request):
 
 def test_without_act_quant_matches_independent_float64_model(weights):
     ids = np.random.default_rng(1).integers(0, weights.config.vocab_size, 19)
-    backend = GenericBackend(ReferenceProvider(), weights, quantize_activations=False)
+    backend = GenericRunner(ReferenceProvider(), weights, quantize_activations=False)
     ours = backend.logits(ids)
     ref = naive_logits(weights, ids, act_quant=False)
     assert ours.shape == (19, weights.config.vocab_size)
@@ -118,7 +118,7 @@ def test_without_act_quant_matches_independent_float64_model(weights):
 
 def test_with_act_quant_sits_in_the_rounding_band_of_an_independent_model(weights):
     ids = np.random.default_rng(2).integers(0, weights.config.vocab_size, 16)
-    ours = GenericBackend(ReferenceProvider(), weights).logits(ids)
+    ours = GenericRunner(ReferenceProvider(), weights).logits(ids)
     ref = naive_logits(weights, ids, act_quant=True)
     rel = np.linalg.norm(ours - ref) / np.linalg.norm(ref)
     assert rel < 0.02, rel
@@ -131,7 +131,7 @@ def test_with_act_quant_sits_in_the_rounding_band_of_an_independent_model(weight
 @pytest.mark.parametrize("split", [1, 5, 12])
 def test_prefill_then_decode_equals_all_at_once(weights, split):
     ids = np.random.default_rng(3).integers(0, weights.config.vocab_size, 13)
-    backend = GenericBackend(ReferenceProvider(), weights)
+    backend = GenericRunner(ReferenceProvider(), weights)
     full = backend.logits(ids)
     with backend.new_cache() as seq:
         first = backend.forward(ids[:split], seq, all_logits=True)
@@ -145,8 +145,8 @@ def test_prefill_then_decode_equals_all_at_once(weights, split):
 
 def test_chunked_prefill_equals_one_batch(weights):
     ids = np.random.default_rng(4).integers(0, weights.config.vocab_size, 23)
-    one = GenericBackend(ReferenceProvider(), weights).logits(ids)
-    chunked = GenericBackend(ReferenceProvider(), weights, max_batch=5)
+    one = GenericRunner(ReferenceProvider(), weights).logits(ids)
+    chunked = GenericRunner(ReferenceProvider(), weights, max_batch=5)
     np.testing.assert_allclose(chunked.logits(ids), one, rtol=1e-5, atol=1e-5)
     with chunked.new_cache() as seq:
         np.testing.assert_allclose(chunked.forward(ids, seq), one[-1], rtol=1e-5, atol=1e-5)
@@ -157,8 +157,8 @@ def test_activations_differ():
     a = random_weights(tiny(), seed=3)
     b = random_weights(tiny(ffn_activation="relu2"), seed=3)
     ids = [1, 2, 3, 4]
-    la = GenericBackend(ReferenceProvider(), a).logits(ids)
-    lb = GenericBackend(ReferenceProvider(), b).logits(ids)
+    la = GenericRunner(ReferenceProvider(), a).logits(ids)
+    lb = GenericRunner(ReferenceProvider(), b).logits(ids)
     assert not np.allclose(la, lb)
 
 
@@ -215,14 +215,14 @@ class BoxProvider:
 def test_backend_uses_only_protocol_ops_and_downloads_only_logits():
     w = random_weights(tiny(), seed=5)
     prov = BoxProvider()
-    backend = GenericBackend(prov, w)
+    backend = GenericRunner(prov, w)
     ids = np.arange(1, 12)
     with backend.new_cache() as seq:
         out = backend.forward(ids[:8], seq)
         assert prov.to_host_calls == 1
         out2 = backend.forward(ids[8:9], seq)
         assert prov.to_host_calls == 2
-    ref = GenericBackend(ReferenceProvider(), w)
+    ref = GenericRunner(ReferenceProvider(), w)
     with ref.new_cache() as seq:
         np.testing.assert_array_equal(out, ref.forward(ids[:8], seq))
         np.testing.assert_array_equal(out2, ref.forward(ids[8:9], seq))
@@ -231,7 +231,7 @@ def test_backend_uses_only_protocol_ops_and_downloads_only_logits():
 
 
 def test_bad_token_ids_and_context_limit():
-    backend = GenericBackend(ReferenceProvider(), random_weights(tiny(), seed=1))
+    backend = GenericRunner(ReferenceProvider(), random_weights(tiny(), seed=1))
     with backend.new_cache() as seq, pytest.raises(ShapeError, match="out of range"):
         backend.forward([1, 97], seq)
     with backend.new_cache() as seq, pytest.raises(ShapeError):
@@ -265,8 +265,8 @@ class NoReshapeBoxProvider(BoxProvider):
 def test_provider_without_reshape_still_runs_through_the_host(caplog):
     w = random_weights(tiny(), seed=5)
     ids = np.arange(1, 9)
-    got = GenericBackend(NoReshapeBoxProvider(), w).logits(ids)
-    np.testing.assert_array_equal(got, GenericBackend(ReferenceProvider(), w).logits(ids))
+    got = GenericRunner(NoReshapeBoxProvider(), w).logits(ids)
+    np.testing.assert_array_equal(got, GenericRunner(ReferenceProvider(), w).logits(ids))
     assert sum("implement KernelProvider.reshape" in r.message for r in caplog.records) == 1
 
 
@@ -281,4 +281,4 @@ def test_concurrent_generations_match_sequential_ones():
             pool.map(lambda p: model.generate_ids(p, max_tokens=8, temperature=0), prompts)
         )
     assert parallel == sequential
-    assert model.backend.kv.stats()["sequences"] == 0
+    assert model.runner.kv.stats()["sequences"] == 0
