@@ -131,3 +131,18 @@ def test_pytest_benchmark_kernels_run_once():
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert " passed" in run.stdout.splitlines()[-1]
+
+
+def test_layout_parity_small_run(tmp_path):
+    """tq1_160 is exact (the same integer dots): every greedy token and logit equal; the
+    int8 head's logits differ by a bounded amount."""
+    bench = load_script("layout_parity")
+    out = tmp_path / "parity.json"
+    assert bench.main(["--steps", "3", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["provider"].startswith("cpu-")
+    assert len(report["models"]) >= 3
+    for m in report["models"]:
+        assert len(m["exact_tokens"]) == 3
+        assert m["tq1_160"]["equal_tokens"] and m["tq1_160"]["max_rel_logit_diff"] == 0.0
+        assert 0.0 < m["int8_head"]["max_rel_logit_diff"] < 0.05
