@@ -18,7 +18,9 @@ the probe's read bandwidth; and prefill's int8 multiply-accumulates (every
 ternary matrix, rows x columns a token) times prompt tok/s, as a fraction of
 the probe's int8 peak. ``--variant NAME:VAR=VALUE,...`` adds our engine once
 more under those environment variables (e.g. ``int8head:BITNET_CPU_INT8_HEAD=1``),
-in the same rounds.
+in the same rounds; ``--no-llama`` runs only ours and the probes (no ratios: for a
+machine without llama-cpp-python, or one so oversubscribed that llama.cpp's
+spinning thread barriers collapse).
 
     uv sync --all-packages --inexact --group bench
     uv pip install --find-links /root/.cache/bitnet-ci/wheels llama-cpp-python==0.3.36
@@ -281,6 +283,10 @@ def engine_report(
     return out
 
 
+def ratio(value: float | None) -> str:
+    return f" x{value:.2f}" if value is not None else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", type=Path)
@@ -301,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-probe", action="store_true", help="skip the machine probes")
     ap.add_argument(
+        "--no-llama", action="store_true", help="only our engine(s) and the probes: no ratios"
+    )
+    ap.add_argument(
         "--probe-mib", type=int, default=machine_probe.READ_MIB, help="MiB the read probe streams"
     )
     ap.add_argument("--out", type=Path, default=Path("model_bench.json"))
@@ -320,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
 
     workers = [Worker("ours", args)]
     workers += [Worker("ours", args, name, env) for name, env in variants]
-    workers.append(Worker("llama", args))
+    if not args.no_llama:
+        workers.append(Worker("llama", args))
     for w in workers:
         print(f"{w.name}: {w.info}", file=sys.stderr)
     res: dict[str, list[dict]] = {w.name: [] for w in workers}
@@ -343,8 +353,9 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
     peak_rss = {w.name: w.close()["peak_rss_bytes"] for w in workers}
-    rss, llama_rss = peak_rss["ours"], peak_rss["llama"]
-    ours, llama = workers[0], workers[-1]
+    rss, llama_rss = peak_rss["ours"], peak_rss.get("llama")
+    ours = workers[0]
+    llama = None if args.no_llama else workers[-1]
 
     from bitnet_core.gguf import open_model_file
 
@@ -352,7 +363,11 @@ def main(argv: list[str] | None = None) -> int:
     # the KV cache each engine holds: ours what the run's tokens use, in its dtype;
     # llama.cpp's its whole n_ctx in float16 (its default cache type)
     kv_bytes = ours.info["kv_bytes_per_token"] * (args.n_prompt + args.n_gen + 1)
-    llama_kv = 2 * cfg.num_layers * llama.info["n_ctx"] * cfg.num_kv_heads * cfg.head_dim * 2
+    llama_kv = (
+        2 * cfg.num_layers * llama.info["n_ctx"] * cfg.num_kv_heads * cfg.head_dim * 2
+        if llama
+        else None
+    )
     gguf_bytes = args.model.stat().st_size
     base = ours.info["rss_before_load_bytes"]
     read = statistics.median(reads) if reads else float("nan")
@@ -373,9 +388,10 @@ def main(argv: list[str] | None = None) -> int:
         "load_avg": os.getloadavg(),
         "machine": machine,
         "ours": engine_report(ours, res["ours"], read, peak, args),
-        "llama": engine_report(llama, res["llama"], read, peak, args),
+        "llama": engine_report(llama, res["llama"], read, peak, args) if llama else None,
         "variants": {
-            w.name: engine_report(w, res[w.name], read, peak, args) for w in workers[1:-1]
+            w.name: engine_report(w, res[w.name], read, peak, args)
+            for w in workers[1 : 1 + len(variants)]
         },
         "peak_rss_bytes": rss,
         "kv_cache_bytes": kv_bytes,
@@ -384,11 +400,11 @@ def main(argv: list[str] | None = None) -> int:
         "rss_over_gguf_plus_kv_after_import": (rss - base) / (gguf_bytes + kv_bytes),
         "llama_peak_rss_bytes": llama_rss,
         "llama_kv_cache_bytes": llama_kv,
-        "llama_rss_over_gguf_plus_kv": llama_rss / (gguf_bytes + llama_kv),
+        "llama_rss_over_gguf_plus_kv": llama_rss / (gguf_bytes + llama_kv) if llama else None,
     }
     for k in ("pp", "tg"):
         for v in (report["ours"], *report["variants"].values()):
-            v[f"ratio_{k}"] = v[k]["median"] / report["llama"][k]["median"]
+            v[f"ratio_{k}"] = v[k]["median"] / report["llama"][k]["median"] if llama else None
         report[f"ratio_{k}"] = report["ours"][f"ratio_{k}"]
     args.out.write_text(json.dumps(report, indent=2))
     lines = [
@@ -396,17 +412,21 @@ def main(argv: list[str] | None = None) -> int:
         + (f"{peak:.1f} G MAC/s ({machine['int8_instruction']})" if peak else "n/a")
         + f", {args.threads} threads (medians of the probes between rounds); "
         f"load average {report['load_avg'][0]:.2f}",
-        f"llama-cpp-python: prompt {report['llama']['pp']['median']:.1f} tok/s, "
-        f"decode {report['llama']['tg']['median']:.1f} tok/s",
+        (
+            f"llama-cpp-python: prompt {report['llama']['pp']['median']:.1f} tok/s, "
+            f"decode {report['llama']['tg']['median']:.1f} tok/s"
+            if llama
+            else "llama-cpp-python: not run (--no-llama)"
+        ),
     ]
     for name, r in [("ours", report["ours"]), *report["variants"].items()]:
         pfrac = r["prompt_frac_of_int8_peak"]
         lines.append(
             f"{name} ({r['info']['provider']}): prompt {args.n_prompt}: "
-            f"{r['pp']['median']:.1f} tok/s x{r['ratio_pp']:.2f}, "
+            f"{r['pp']['median']:.1f} tok/s{ratio(r['ratio_pp'])}, "
             f"{r['prompt_int8_gmacs']:.1f} G MAC/s"
             + (f" = {100 * pfrac:.0f}% of int8 peak" if pfrac else "")
-            + f" | decode {args.n_gen}: {r['tg']['median']:.1f} tok/s x{r['ratio_tg']:.2f}, "
+            + f" | decode {args.n_gen}: {r['tg']['median']:.1f} tok/s{ratio(r['ratio_tg'])}, "
             f"{r['bytes_per_decode_token'] / 1e6:.1f} MB/token -> {r['decode_gbps']:.1f} GB/s"
             + (
                 f" = {100 * r['decode_frac_of_read']:.0f}% of read"
@@ -419,12 +439,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{kv_bytes / 1e6:.0f} MB {ours.info['kv_dtype']}); "
         f"{report['rss_over_gguf_plus_kv_after_import']:.2f} x over the {base / 1e6:.0f} MB "
         "held before loading",
-        f"llama-cpp-python peak RSS {llama_rss / 1e6:.0f} MB = "
-        f"{report['llama_rss_over_gguf_plus_kv']:.2f} x (GGUF + its KV cache {llama_kv / 1e6:.0f} MB)",
-        f"wrote {args.out}",
     ]
+    if llama:
+        lines.append(
+            f"llama-cpp-python peak RSS {llama_rss / 1e6:.0f} MB = "
+            f"{report['llama_rss_over_gguf_plus_kv']:.2f} x (GGUF + its KV cache "
+            f"{llama_kv / 1e6:.0f} MB)"
+        )
+    lines.append(f"wrote {args.out}")
     print("\n".join(lines))
-    if args.png:
+    if args.png and llama:
         plot(report, args.png)
     return 0
 

@@ -119,6 +119,26 @@ def test_model_vs_llamacpp_small_run(tmp_path):
     )
 
 
+def test_model_bench_without_llama(tmp_path):
+    """--no-llama: our engine and the probes only; the fractions are still there, no ratios."""
+    from bitnet_core.config import BitNetConfig
+    from bitnet_core.model import random_model_file
+    from bitnet_core.testing.model import FILE_CONFIG
+
+    bench = load_script("model_vs_llamacpp")
+    model = random_model_file(
+        tmp_path / "tiny.gguf", BitNetConfig(**FILE_CONFIG), seed=2, ternary_type="tq2_0"
+    )
+    out = tmp_path / "model.json"
+    argv = ["--model", str(model), "--threads", "1", "--runs", "1", "--n-prompt", "8"]
+    argv += ["--n-gen", "2", "--probe-mib", "16", "--no-llama", "--out", str(out)]
+    assert bench.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["llama"] is None and report["ratio_tg"] is None
+    assert report["ours"]["decode_frac_of_read"] > 0
+    assert report["ours"]["prompt_frac_of_int8_peak"] > 0
+
+
 def test_pytest_benchmark_kernels_run_once():
     """bitnet-core's pytest-benchmark file, each benchmark run once (``--benchmark-disable``)."""
     bench = ROOT / "packages" / "bitnet-core" / "benchmarks" / "bench_cpu_kernels.py"
