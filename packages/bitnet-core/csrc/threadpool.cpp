@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -38,7 +39,20 @@ int default_threads() {
 
 namespace {
 
-constexpr auto kSpin = std::chrono::microseconds(200);
+// How long a worker spins for the next job before it sleeps: BITNET_CPU_SPIN_US
+// (read once), default 200 µs. A decode step's ~120 jobs follow each other
+// within microseconds, so spinning wins on a machine of one's own; where the
+// cores are shared with other busy processes, a spinning worker burns the time
+// slice the thread it waits for needs, and 0 (sleep at once) can be faster.
+std::chrono::microseconds spin_time() {
+    static const std::chrono::microseconds us = [] {
+        const char *env = std::getenv("BITNET_CPU_SPIN_US");
+        char *end = nullptr;
+        const long v = env && *env ? std::strtol(env, &end, 10) : -1;
+        return std::chrono::microseconds(v >= 0 && end && *end == '\0' ? std::min(v, 1000000L) : 200L);
+    }();
+    return us;
+}
 
 // The pinning plan (set_thread_affinity): a generation, bumped by every change,
 // and the CPU list. A thread re-pins itself when it sees a newer generation.
@@ -162,13 +176,14 @@ class Pool {
         for (;;) {
             follow_affinity(idx + 1, affinity_seen);
             // spin, then sleep, until a new job
+            const auto spin = spin_time();
             auto t0 = std::chrono::steady_clock::now();
             int spins = 0;
             uint64_t word;
             while (((word = job_.load(std::memory_order_acquire)) >> 8) == seen) {
                 BITNET_PAUSE();
                 if (++spins % 1024 == 0) std::this_thread::yield();
-                if (spins % 256 == 0 && std::chrono::steady_clock::now() - t0 > kSpin) {
+                if (spins % 256 == 0 && std::chrono::steady_clock::now() - t0 > spin) {
                     std::unique_lock<std::mutex> lk(mu_);
                     cv_.wait(lk, [&] { return (job_.load() >> 8) != seen; });
                 }

@@ -21,6 +21,9 @@ Settings (environment, or the constructor / ``set_threads``):
   i on the i-th CPU this process may use: the calling thread first, then the
   pool's workers), or a CPU list such as ``0-15`` or ``0,2,4,6``; unset or
   ``none``: the OS places them (the default);
+- ``BITNET_CPU_SPIN_US``: how long the pool's idle workers spin for the next
+  job before they sleep (read once per process; default 200; 0 sleeps at once,
+  for cores shared with other busy processes);
 - ``BITNET_CPU_FUSED=0``: run models op by op through the generic engine
   instead of the fused C++ forward pass (``cpu_backend.FusedCpuBackend``).
 
