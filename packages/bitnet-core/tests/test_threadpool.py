@@ -37,8 +37,15 @@ print(calls)
 
 
 @pytest.mark.skipif(load_native()[0] is None, reason="bitnet_core._native is not built")
-@pytest.mark.parametrize("threads", [8, 16])
-def test_back_to_back_jobs_with_preempted_workers(threads):
+@pytest.mark.parametrize(
+    ("threads", "spin_us"),
+    [(8, None), (16, None), (8, "0")],  # "0": BITNET_CPU_SPIN_US, every job a wake-up
+)
+def test_back_to_back_jobs_with_preempted_workers(threads, spin_us):
+    env = dict(os.environ)
+    env.pop("BITNET_CPU_SPIN_US", None)
+    if spin_us is not None:
+        env["BITNET_CPU_SPIN_US"] = spin_us
     isa = (
         "avx2"
         if "avx2" in load_native()[0].compiled_isas() and cpu_features().get("avx2")
@@ -50,6 +57,7 @@ def test_back_to_back_jobs_with_preempted_workers(threads):
             capture_output=True,
             text=True,
             timeout=90,
+            env=env,
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"the thread pool hung ({threads} threads)")
