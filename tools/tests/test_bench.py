@@ -71,6 +71,7 @@ def test_model_vs_llamacpp_small_run(tmp_path):
     model = random_model_file(tmp_path / "tiny.gguf", cfg, seed=2, ternary_type="tq2_0")
     out = tmp_path / "model.json"
     argv = ["--model", str(model), "--threads", "1", "--runs", "2", "--n-prompt", "8"]
+    argv += ["--probe-mib", "16", "--variant", "int8head:BITNET_CPU_INT8_HEAD=1"]
     assert bench.main([*argv, "--n-gen", "4", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["ours"]["info"]["provider"].startswith("cpu-")
@@ -81,6 +82,33 @@ def test_model_vs_llamacpp_small_run(tmp_path):
             assert len(runs) == 2 and min(runs) > 0
     ratio = report["ours"]["tg"]["median"] / report["llama"]["tg"]["median"]
     assert report["ratio_tg"] == pytest.approx(ratio)
+    # the machine probes ran between the rounds; the fractions are of their medians
+    machine = report["machine"]
+    assert len(machine["read_gbps"]["runs"]) == 4 and machine["read_gbps"]["min"] > 0
+    assert machine["int8_peak_gmacs"]["median"] > 0
+    ours, int8head = report["ours"], report["variants"]["int8head"]
+    assert int8head["info"]["int8_head"] and not ours["info"]["int8_head"]
+    # the bytes a decode token reads: the f16 head is the tied table, the int8 copy + scales
+    head = cfg.vocab_size * cfg.hidden_size
+    assert ours["info"]["head_bytes"] == 2 * head
+    assert int8head["info"]["head_bytes"] >= head + 4 * cfg.vocab_size
+    mean_ctx = 8 + (4 + 1) / 2
+    kv_row = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2  # K and V, float16
+    step = ours["info"]["weight_bytes_per_token"] + kv_row * mean_ctx
+    assert ours["bytes_per_decode_token"] == pytest.approx(step)
+    assert ours["decode_frac_of_read"] == pytest.approx(
+        ours["tg"]["median"] * step / 1e9 / machine["read_gbps"]["median"]
+    )
+    macs = (
+        cfg.num_layers
+        * cfg.hidden_size
+        * (
+            (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim  # q, k, v
+            + cfg.num_heads * cfg.head_dim  # o
+            + 3 * cfg.intermediate_size  # gate, up, down
+        )
+    )
+    assert ours["info"]["int8_macs_per_token"] == macs
     # the KV cache our run holds: 8 + 4 + 1 tokens, K and V, every layer's KV heads, float16
     kv_width = cfg.num_layers * cfg.num_kv_heads * cfg.head_dim
     assert report["kv_cache_bytes"] == 13 * 2 * kv_width * 2
@@ -89,6 +117,26 @@ def test_model_vs_llamacpp_small_run(tmp_path):
     assert report["rss_over_gguf_plus_kv"] == pytest.approx(
         report["peak_rss_bytes"] / (report["gguf_bytes"] + report["kv_cache_bytes"])
     )
+
+
+def test_model_bench_without_llama(tmp_path):
+    """--no-llama: our engine and the probes only; the fractions are still there, no ratios."""
+    from bitnet_core.config import BitNetConfig
+    from bitnet_core.model import random_model_file
+    from bitnet_core.testing.model import FILE_CONFIG
+
+    bench = load_script("model_vs_llamacpp")
+    model = random_model_file(
+        tmp_path / "tiny.gguf", BitNetConfig(**FILE_CONFIG), seed=2, ternary_type="tq2_0"
+    )
+    out = tmp_path / "model.json"
+    argv = ["--model", str(model), "--threads", "1", "--runs", "1", "--n-prompt", "8"]
+    argv += ["--n-gen", "2", "--probe-mib", "16", "--no-llama", "--out", str(out)]
+    assert bench.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["llama"] is None and report["ratio_tg"] is None
+    assert report["ours"]["decode_frac_of_read"] > 0
+    assert report["ours"]["prompt_frac_of_int8_peak"] > 0
 
 
 def test_pytest_benchmark_kernels_run_once():
@@ -103,3 +151,18 @@ def test_pytest_benchmark_kernels_run_once():
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert " passed" in run.stdout.splitlines()[-1]
+
+
+def test_layout_parity_small_run(tmp_path):
+    """tq1_160 is exact (the same integer dots): every greedy token and logit equal; the
+    int8 head's logits differ by a bounded amount."""
+    bench = load_script("layout_parity")
+    out = tmp_path / "parity.json"
+    assert bench.main(["--steps", "3", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["provider"].startswith("cpu-")
+    assert len(report["models"]) >= 3
+    for m in report["models"]:
+        assert len(m["exact_tokens"]) == 3
+        assert m["tq1_160"]["equal_tokens"] and m["tq1_160"]["max_rel_logit_diff"] == 0.0
+        assert 0.0 < m["int8_head"]["max_rel_logit_diff"] < 0.05

@@ -275,6 +275,14 @@ class Kernels {
 
 void register_ops(py::module_ &m) {
     m.def("default_threads", &default_threads, "CPUs this process may run on (sched_getaffinity).");
+    m.def("set_thread_affinity", [](std::vector<int> cpus) {
+        for (int c : cpus)
+            if (c < 0) throw std::invalid_argument("a CPU number must be >= 0");
+        return set_thread_affinity(cpus);
+    }, py::arg("cpus"),
+          "Pin the kernels' threads: the calling thread to cpus[0], worker i to cpus[(i + 1) % len]; "
+          "[] stops pinning. False where threads cannot be pinned (not Linux).");
+    m.def("thread_affinity", &thread_affinity, "The CPU list of set_thread_affinity ([]: not pinned).");
     m.def("compiled_isas", [] {
         std::vector<std::string> v{"scalar"};
         if (kernels_avx2()) v.push_back("avx2");

@@ -5,11 +5,13 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #if defined(__linux__)
+#include <pthread.h>
 #include <sched.h>
 #endif
 #if defined(__x86_64__) || defined(__i386__)
@@ -37,7 +39,58 @@ int default_threads() {
 
 namespace {
 
-constexpr auto kSpin = std::chrono::microseconds(200);
+// How long a worker spins for the next job before it sleeps: BITNET_CPU_SPIN_US
+// (read once), default 200 µs. A decode step's ~120 jobs follow each other
+// within microseconds, so spinning wins on a machine of one's own; where the
+// cores are shared with other busy processes, a spinning worker burns the time
+// slice the thread it waits for needs, and 0 (sleep at once) can be faster.
+std::chrono::microseconds spin_time() {
+    static const std::chrono::microseconds us = [] {
+        const char *env = std::getenv("BITNET_CPU_SPIN_US");
+        char *end = nullptr;
+        const long v = env && *env ? std::strtol(env, &end, 10) : -1;
+        return std::chrono::microseconds(v >= 0 && end && *end == '\0' ? std::min(v, 1000000L) : 200L);
+    }();
+    return us;
+}
+
+// The pinning plan (set_thread_affinity): a generation, bumped by every change,
+// and the CPU list. A thread re-pins itself when it sees a newer generation.
+std::mutex affinity_mu;
+std::vector<int> affinity_cpus;
+std::atomic<uint64_t> affinity_gen{0};
+
+// The CPU of slot `slot` in the current plan, or -1 (no plan).
+int affinity_cpu(int slot) {
+    std::lock_guard<std::mutex> lk(affinity_mu);
+    if (affinity_cpus.empty()) return -1;
+    return affinity_cpus[static_cast<size_t>(slot) % affinity_cpus.size()];
+}
+
+#if defined(__linux__)
+void pin(pthread_t thread, int cpu) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_setaffinity_np(thread, sizeof(set), &set);  // a refusal leaves it where it was
+}
+#endif
+
+// Pin the calling thread to slot `slot` of the plan if the plan changed since it
+// last looked (`seen`, its own copy).
+void follow_affinity(int slot, uint64_t &seen) {
+    const uint64_t gen = affinity_gen.load(std::memory_order_acquire);
+    if (gen == seen) return;
+    seen = gen;
+#if defined(__linux__)
+    pin(pthread_self(), affinity_cpu(slot));
+#else
+    (void)slot;
+#endif
+}
+
+thread_local uint64_t caller_affinity_seen = 0;
 
 class Pool {
   public:
@@ -91,7 +144,12 @@ class Pool {
         while (static_cast<int>(workers_.size()) < count) {
             int idx = static_cast<int>(workers_.size());
             uint64_t seen = job_.load() >> 8;  // read here: the thread may start after the next job
-            workers_.emplace_back([this, idx, seen] { loop(idx, seen); });
+            // pinned here, before its first chunk (a new thread inherits the caller's CPU)
+            const uint64_t gen = affinity_gen.load(std::memory_order_acquire);
+            workers_.emplace_back([this, idx, seen, gen] { loop(idx, seen, gen); });
+#if defined(__linux__)
+            if (gen) pin(workers_.back().native_handle(), affinity_cpu(idx + 1));
+#endif
         }
     }
 
@@ -114,16 +172,18 @@ class Pool {
         }
     }
 
-    void loop(int idx, uint64_t seen) {
+    void loop(int idx, uint64_t seen, uint64_t affinity_seen) {
         for (;;) {
+            follow_affinity(idx + 1, affinity_seen);
             // spin, then sleep, until a new job
+            const auto spin = spin_time();
             auto t0 = std::chrono::steady_clock::now();
             int spins = 0;
             uint64_t word;
             while (((word = job_.load(std::memory_order_acquire)) >> 8) == seen) {
                 BITNET_PAUSE();
                 if (++spins % 1024 == 0) std::this_thread::yield();
-                if (spins % 256 == 0 && std::chrono::steady_clock::now() - t0 > kSpin) {
+                if (spins % 256 == 0 && std::chrono::steady_clock::now() - t0 > spin) {
                     std::unique_lock<std::mutex> lk(mu_);
                     cv_.wait(lk, [&] { return (job_.load() >> 8) != seen; });
                 }
@@ -155,8 +215,27 @@ Pool &pool() {
 
 }  // namespace
 
+bool set_thread_affinity(const std::vector<int> &cpus) {
+#if defined(__linux__)
+    {
+        std::lock_guard<std::mutex> lk(affinity_mu);
+        affinity_cpus = cpus;
+    }
+    affinity_gen.fetch_add(1, std::memory_order_acq_rel);
+    return true;
+#else
+    return cpus.empty();
+#endif
+}
+
+std::vector<int> thread_affinity() {
+    std::lock_guard<std::mutex> lk(affinity_mu);
+    return affinity_cpus;
+}
+
 void parallel_for(int64_t n, int64_t grain, int threads, RangeFn fn, void *ctx) {
     if (n <= 0) return;
+    follow_affinity(0, caller_affinity_seen);  // the caller is slot 0, whatever the thread count
     if (grain < 1) grain = 1;
     if (threads <= 0) threads = default_threads();
     constexpr int64_t kMaxChunks = 0xfffffffe;  // a chunk index fits the ticket's 32 bits

@@ -12,6 +12,7 @@
 // templates with the rest of the module.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace bitnet {
 
@@ -23,5 +24,14 @@ void parallel_for(int64_t n, int64_t grain, int threads, RangeFn fn, void *ctx);
 
 // The CPUs this process may run on (sched_getaffinity), at least 1.
 int default_threads();
+
+// Pin the pool's threads: the thread that calls parallel_for to cpus[0], worker
+// i to cpus[(i + 1) % size] (workers now and later; a caller on its next job).
+// Empty: no pinning from now on (threads already pinned stay where they are).
+// Returns false where the OS has no per-thread affinity (not Linux).
+bool set_thread_affinity(const std::vector<int> &cpus);
+
+// The CPU list set by set_thread_affinity (empty: not pinned).
+std::vector<int> thread_affinity();
 
 }  // namespace bitnet

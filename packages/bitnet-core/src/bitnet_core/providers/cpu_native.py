@@ -17,6 +17,13 @@ Settings (environment, or the constructor / ``set_threads``):
 - ``BITNET_CPU_INT8_HEAD=1``: run ``matmul_dense`` (the output head) on an int8
   copy of the table with per-row scales: half the bytes of float16, an
   approximation (about 1% relative error of the logits), so off by default;
+- ``BITNET_CPU_AFFINITY``: pin the kernels' threads (Linux): ``compact`` (thread
+  i on the i-th CPU this process may use: the calling thread first, then the
+  pool's workers), or a CPU list such as ``0-15`` or ``0,2,4,6``; unset or
+  ``none``: the OS places them (the default);
+- ``BITNET_CPU_SPIN_US``: how long the pool's idle workers spin for the next
+  job before they sleep (read once per process; default 200; 0 sleeps at once,
+  for cores shared with other busy processes);
 - ``BITNET_CPU_FUSED=0``: run models op by op through the generic engine
   instead of the fused C++ forward pass (``cpu_runner.FusedCpuRunner``).
 
@@ -61,6 +68,46 @@ def layout_from_env() -> str:
     if layout not in LAYOUTS:
         raise ConfigError(f"BITNET_CPU_LAYOUT must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     return layout
+
+
+def parse_cpu_list(text: str) -> list[int]:
+    """``"0-3,8,10-11"`` -> ``[0, 1, 2, 3, 8, 10, 11]`` (ValueError if malformed)."""
+    cpus: list[int] = []
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise ValueError(f"{part.strip()!r} is not a CPU number or range")
+        first, last = int(lo), int(hi) if sep else int(lo)
+        if last < first:
+            raise ValueError(f"{part.strip()!r}: the range runs backwards")
+        cpus.extend(range(first, last + 1))
+    return cpus
+
+
+def affinity_from_env() -> list[int] | None:
+    """The CPUs ``BITNET_CPU_AFFINITY`` pins the kernels' threads to, in thread order;
+    None when unset or ``none`` (no pinning). ConfigError for a bad value or a CPU this
+    process may not use."""
+    text = os.environ.get("BITNET_CPU_AFFINITY", "").strip().lower()
+    if text in ("", "none"):
+        return None
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if text == "compact":
+        cpus = allowed
+    else:
+        try:
+            cpus = parse_cpu_list(text)
+        except ValueError as exc:
+            raise ConfigError(
+                f"BITNET_CPU_AFFINITY must be 'compact', 'none' or a CPU list like 0-7,16: {exc}"
+            ) from None
+        outside = sorted(set(cpus) - set(allowed))
+        if allowed and outside:
+            raise ConfigError(
+                f"BITNET_CPU_AFFINITY: CPU {outside[0]} is not one this process may use "
+                f"({len(allowed)} allowed)"
+            )
+    return cpus or None
 
 
 def _f32(x: Any) -> np.ndarray:
@@ -113,10 +160,13 @@ class NativeCpuProvider(ReferenceProvider):
     def kernels(self) -> Any:
         if self._kernels is None:
             threads = self._threads if self._threads is not None else threads_from_env()
+            cpus = affinity_from_env()
             try:
                 self._kernels = self.native_module().Kernels(self.isa, threads)
             except ValueError as exc:
                 raise UnsupportedOperationError(f"{self.name}: {exc}") from None
+            if cpus is not None and not self.native_module().set_thread_affinity(cpus):
+                raise ConfigError("BITNET_CPU_AFFINITY: this OS cannot pin threads")
         return self._kernels
 
     # --- probe --------------------------------------------------------------
