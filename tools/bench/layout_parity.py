@@ -65,16 +65,16 @@ def greedy(provider: Any, weights: Any, prompt: np.ndarray, steps: int) -> tuple
     """Greedy tokens and each step's logits (float64)."""
     from bitnet_core.model import KVCacheConfig
 
-    backend = provider.make_backend(
+    runner = provider.make_runner(
         weights, progress=False, kv_cache=KVCacheConfig(dtype="float16")
     )
     tokens, logits = [], []
-    with backend.new_cache(prompt.size + steps + 1) as seq:
-        out = backend.forward(prompt, seq)
+    with runner.new_cache(prompt.size + steps + 1) as seq:
+        out = runner.forward(prompt, seq)
         for _ in range(steps):
             logits.append(np.asarray(out, dtype=np.float64))
             tokens.append(int(np.argmax(out)))
-            out = backend.forward(np.array([tokens[-1]]), seq)
+            out = runner.forward(np.array([tokens[-1]]), seq)
     return tokens, logits
 
 

@@ -114,8 +114,8 @@ def traffic(model) -> dict:
     row), ``kv_bytes_per_context_token`` (K and V of one cache row, every layer: what
     attention reads per token of context) and ``int8_macs_per_token`` (the ternary
     matmuls' multiply-accumulates)."""
-    backend, cfg = model.backend, model.config
-    w = backend.weights
+    runner, cfg = model.runner, model.config
+    w = runner.weights
     weight_bytes = macs = 0
     for layer in w.layers:
         for name in ("q", "k", "v", "o", "gate", "up", "down"):
@@ -136,7 +136,7 @@ def traffic(model) -> dict:
     return {
         "weight_bytes_per_token": weight_bytes,
         "head_bytes": head_bytes,
-        "kv_bytes_per_context_token": backend.kv.bytes_per_token,
+        "kv_bytes_per_context_token": runner.kv.bytes_per_token,
         "int8_macs_per_token": macs,
         "layout": getattr(model.provider, "layout", None),
         "int8_head": bool(getattr(model.provider, "int8_head", False)),
