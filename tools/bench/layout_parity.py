@@ -65,9 +65,7 @@ def greedy(provider: Any, weights: Any, prompt: np.ndarray, steps: int) -> tuple
     """Greedy tokens and each step's logits (float64)."""
     from bitnet_core.model import KVCacheConfig
 
-    runner = provider.make_runner(
-        weights, progress=False, kv_cache=KVCacheConfig(dtype="float16")
-    )
+    runner = provider.make_runner(weights, progress=False, kv_cache=KVCacheConfig(dtype="float16"))
     tokens, logits = [], []
     with runner.new_cache(prompt.size + steps + 1) as seq:
         out = runner.forward(prompt, seq)
