@@ -45,6 +45,7 @@ import numpy as np
 from bitnet_core.hal.switches import env_enabled
 from bitnet_core.model.kv_cache import Sequence
 from bitnet_core.model.runner import GenericRunner
+from bitnet_core.sdk.fused import FusedLayer, fused_layers
 
 from .provider import CudaProvider, CudaTernary, HalfTable
 
@@ -91,18 +92,6 @@ def fuse_ternary(cp: Any, parts: list[CudaTernary]) -> FusedTernary:
         p.words, p.scales = words[row : row + p.rows], scales[row : row + p.rows]
         row += p.rows
     return FusedTernary(words, scales, row)
-
-
-@dataclass(eq=False)
-class FusedLayer:
-    attn_norm: Any
-    attn_sub_norm: Any
-    ffn_norm: Any
-    ffn_sub_norm: Any
-    qkv: FusedTernary
-    o: CudaTernary
-    gate_up: FusedTernary
-    down: CudaTernary
 
 
 class StepBuffers:
@@ -158,19 +147,7 @@ class CudaRunner(GenericRunner):
         self.stream = self.cp.cuda.Stream(non_blocking=True)
         self._fn = {name: provider._k(name) for name in _KERNELS}
         w = self.weights
-        self.layers = [
-            FusedLayer(
-                lw.attn_norm,
-                lw.attn_sub_norm,
-                lw.ffn_norm,
-                lw.ffn_sub_norm,
-                fuse_ternary(self.cp, [lw.q, lw.k, lw.v]),
-                lw.o,
-                fuse_ternary(self.cp, [lw.gate, lw.up]),
-                lw.down,
-            )
-            for lw in w.layers
-        ]
+        self.layers = fused_layers(self.weights, lambda ws: fuse_ternary(self.cp, ws))
         emb = w.embedding
         self._emb, self._emb_kind = (
             (emb.data, emb.kind) if isinstance(emb, HalfTable) else (emb, "f32")

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,6 +37,7 @@ import numpy as np
 from bitnet_core.errors import ProviderError
 from bitnet_core.model.kv_cache import Sequence
 from bitnet_core.model.runner import GenericRunner
+from bitnet_core.sdk.fused import fused_layers
 
 from .buffers import CLArray
 from .memory import cl_op
@@ -94,18 +94,6 @@ def fuse_weights(rt: Any, parts: list[OpenCLWeight]) -> OpenCLWeight:
     return OpenCLWeight("|".join(p.name for p in parts), rows, parts[0].cols, packed, scales)
 
 
-@dataclass(eq=False)
-class FusedLayer:
-    attn_norm: CLArray
-    attn_sub_norm: CLArray
-    ffn_norm: CLArray
-    ffn_sub_norm: CLArray
-    qkv: OpenCLWeight
-    o: OpenCLWeight
-    gate_up: OpenCLWeight
-    down: OpenCLWeight
-
-
 class StepBuffers:
     """Every array a decode step writes (fixed, so the recorded arguments stay valid)."""
 
@@ -141,19 +129,7 @@ class OpenCLRunner(GenericRunner):
             return
         rt = self.rt = provider.runtime
         self._api = self._command_buffer_api()
-        self.layers = [
-            FusedLayer(
-                lw.attn_norm,
-                lw.attn_sub_norm,
-                lw.ffn_norm,
-                lw.ffn_sub_norm,
-                fuse_weights(rt, [lw.q, lw.k, lw.v]),
-                lw.o,
-                fuse_weights(rt, [lw.gate, lw.up]),
-                lw.down,
-            )
-            for lw in self.weights.layers
-        ]
+        self.layers = fused_layers(self.weights, lambda ws: fuse_weights(rt, ws))
         self.bufs = StepBuffers(provider._alloc, self.config)
         self._meta_host = np.zeros(2, dtype=np.int32)
 

@@ -40,6 +40,7 @@ import numpy as np
 from bitnet_core.hal.switches import env_enabled
 from bitnet_core.model.kv_cache import Sequence
 from bitnet_core.model.runner import GenericRunner
+from bitnet_core.sdk.fused import fused_layers
 
 from .device import Device, _entry, _raw
 from .memory import GpuArray, GpuTernary
@@ -226,18 +227,6 @@ class NativeEncoder:
             dispatch(handle, gx, gy, gz)
 
 
-@dataclass(eq=False)
-class FusedLayer:
-    attn_norm: GpuArray
-    attn_sub_norm: GpuArray
-    ffn_norm: GpuArray
-    ffn_sub_norm: GpuArray
-    qkv: FusedTernary
-    o: GpuTernary
-    gate_up: FusedTernary
-    down: GpuTernary
-
-
 class WebGPURunner(GenericRunner):
     """``GenericRunner`` whose forward pass runs the fused shaders from prebuilt step plans."""
 
@@ -260,20 +249,7 @@ class WebGPURunner(GenericRunner):
         if not self.fused:
             return
         self.dev = dev = provider.dev
-        w = self.weights
-        self.layers = [
-            FusedLayer(
-                lw.attn_norm,
-                lw.attn_sub_norm,
-                lw.ffn_norm,
-                lw.ffn_sub_norm,
-                fuse_ternary(dev, [lw.q, lw.k, lw.v]),
-                lw.o,
-                fuse_ternary(dev, [lw.gate, lw.up]),
-                lw.down,
-            )
-            for lw in w.layers
-        ]
+        self.layers = fused_layers(self.weights, lambda ws: fuse_ternary(dev, ws))
         self.bufs = StepBuffers(dev, cfg)
         self._input = np.zeros(INPUT_BYTES // 4, dtype=np.uint32)
         self.native = NativeEncoder.load(provider.trace) if env_enabled(ENV_NATIVE) else None
