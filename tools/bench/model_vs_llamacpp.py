@@ -103,7 +103,8 @@ def worker_ours(args: argparse.Namespace):
     rng = np.random.default_rng(0)
 
     def run() -> tuple[float, float]:
-        return bench_once(model, args.n_prompt, args.n_gen, rng)
+        r = bench_once(model, args.n_prompt, args.n_gen, rng)
+        return r.prompt_tokens_per_s, r.decode_tokens_per_s
 
     return info, run
 
