@@ -143,6 +143,12 @@ def test_llama_graph_skips_the_sub_norms_in_the_fused_pass():
     fused = prov.make_runner(weights, progress=False)
     assert isinstance(fused, FusedCpuRunner) and fused.weights.layers[0].attn_sub_norm is None
     ids = np.array([3, 1, 4, 1, 5, 9, 2, 6])
+    mark = prov.trace.mark()
+    fused.logits(ids)
+    # the trace counts what ran: two norms a layer and the output norm, no sub-norms
+    assert prov.trace.kernels["CpuModel.rmsnorm"] - mark.kernels["CpuModel.rmsnorm"] == (
+        2 * cfg.num_layers + 1
+    )
     ones = dict(weights.dense)
     for i in range(cfg.num_layers):
         ones[f"blk.{i}.attn_sub_norm.weight"] = np.ones(cfg.hidden_size, np.float32)

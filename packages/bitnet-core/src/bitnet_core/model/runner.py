@@ -211,6 +211,32 @@ class GenericRunner:
             x = self._provider.rmsnorm(x, norm, self.config.linear_norm_eps)
         return self._lin(x, getattr(lw, key))
 
+    def _attention_inputs(self, x: Any, lw: LayerWeights, positions: np.ndarray) -> tuple:
+        """Layer ``lw``'s attention norm, then q ``[T, Hq, D]`` and k, v ``[T, Hkv, D]``
+        (q and k rotated at ``positions``)."""
+        p, cfg = self._provider, self.config
+        t, d, view = int(positions.size), cfg.head_dim, self._reshape
+        h = p.rmsnorm(x, lw.attn_norm, cfg.rms_norm_eps)
+        q = view(self._project(h, lw, "q"), (t, cfg.num_heads, d))
+        k = view(self._project(h, lw, "k"), (t, cfg.num_kv_heads, d))
+        v = view(self._project(h, lw, "v"), (t, cfg.num_kv_heads, d))
+        q = p.rope(q, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim)
+        k = p.rope(k, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim)
+        return q, k, v
+
+    def _layer_tail(self, x: Any, a: Any, lw: LayerWeights) -> Any:
+        """The residual stream ``x`` after layer ``lw``, given its attention output ``a``
+        ``[T, Hq * D]``: sub-norm, o-projection, then the feed-forward block."""
+        p, eps = self._provider, self.config.rms_norm_eps
+        if lw.attn_sub_norm is not None:
+            a = p.rmsnorm(a, lw.attn_sub_norm, eps)
+        x = p.add(x, self._project(a, lw, "o"))
+        h = p.rmsnorm(x, lw.ffn_norm, eps)
+        f = self._ffn(self._project(h, lw, "gate"), self._project(h, lw, "up"))
+        if lw.ffn_sub_norm is not None:
+            f = p.rmsnorm(f, lw.ffn_sub_norm, eps)
+        return p.add(x, self._project(f, lw, "down"))
+
     def _step_ids(self, token_ids: Any) -> np.ndarray:
         ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
         if ids.size == 0:
@@ -231,8 +257,7 @@ class GenericRunner:
         positions = np.concatenate(
             [np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, counts, strict=True)]
         )
-        hq, hkv, d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
-        lin, view = self._project, self._reshape
+        hq, hkv, d, view = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, self._reshape
 
         def rows(x: Any, j: int, heads: int) -> Any:  # sequence j's rows of x [T, heads * d]
             sel = np.arange(offsets[j], offsets[j + 1], dtype=np.int64)
@@ -240,15 +265,8 @@ class GenericRunner:
 
         x = p.embedding(w.embedding, ids_all)
         for i, lw in enumerate(w.layers):
-            h = p.rmsnorm(x, lw.attn_norm, eps)
-            q = view(lin(h, lw, "q"), (t, hq, d))
-            k = view(lin(h, lw, "k"), (t, hkv, d))
-            v = view(lin(h, lw, "v"), (t, hkv, d))
-            q = view(p.rope(q, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim), (t, hq * d))
-            k = view(
-                p.rope(k, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim), (t, hkv * d)
-            )
-            v = view(v, (t, hkv * d))
+            q, k, v = self._attention_inputs(x, lw, positions)
+            q, k, v = view(q, (t, hq * d)), view(k, (t, hkv * d)), view(v, (t, hkv * d))
             a = p.empty((t, hq, d), np.float32)  # the sequences' outputs, stored row by row
             for j, (_, cache) in enumerate(batch):
                 k_cache, v_cache = cache.layer(i)
@@ -257,19 +275,11 @@ class GenericRunner:
                 p.kv_store(
                     a, p.attention(rows(q, j, hq), k_cache, v_cache, starts[j]), int(offsets[j])
                 )
-            a = view(a, (t, hq * d))
-            if lw.attn_sub_norm is not None:
-                a = p.rmsnorm(a, lw.attn_sub_norm, eps)
-            x = p.add(x, lin(a, lw, "o"))
-            h = p.rmsnorm(x, lw.ffn_norm, eps)
-            f = self._ffn(lin(h, lw, "gate"), lin(h, lw, "up"))
-            if lw.ffn_sub_norm is not None:
-                f = p.rmsnorm(f, lw.ffn_sub_norm, eps)
-            x = p.add(x, lin(f, lw, "down"))
+            x = self._layer_tail(x, view(a, (t, hq * d)), lw)
         for n, (_, cache) in zip(counts, batch, strict=True):
             cache.advance(n)
         x = p.embedding(x, offsets[1:] - 1)  # each sequence's last token
-        x = p.rmsnorm(x, w.output_norm, eps)
+        x = p.rmsnorm(x, w.output_norm, cfg.rms_norm_eps)
         return np.asarray(p.to_host(p.matmul_dense(x, w.head)), dtype=np.float32)
 
     def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
@@ -278,33 +288,18 @@ class GenericRunner:
         start = cache.length
         cache.reserve(start + t)
         positions = np.arange(start, start + t, dtype=np.int64)
-        hq, hkv, d, eps = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.rms_norm_eps
-        lin, view = self._project, self._reshape
-
         x = p.embedding(w.embedding, ids)
         for i, lw in enumerate(w.layers):
-            h = p.rmsnorm(x, lw.attn_norm, eps)
-            q = view(lin(h, lw, "q"), (t, hq, d))
-            k = view(lin(h, lw, "k"), (t, hkv, d))
-            v = view(lin(h, lw, "v"), (t, hkv, d))
-            q = p.rope(q, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim)
-            k = p.rope(k, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim)
+            q, k, v = self._attention_inputs(x, lw, positions)
             k_cache, v_cache = cache.layer(i)
             p.kv_store(k_cache, k, start)
             p.kv_store(v_cache, v, start)
-            a = view(p.attention(q, k_cache, v_cache, start), (t, hq * d))
-            if lw.attn_sub_norm is not None:
-                a = p.rmsnorm(a, lw.attn_sub_norm, eps)
-            x = p.add(x, lin(a, lw, "o"))
-            h = p.rmsnorm(x, lw.ffn_norm, eps)
-            f = self._ffn(lin(h, lw, "gate"), lin(h, lw, "up"))
-            if lw.ffn_sub_norm is not None:
-                f = p.rmsnorm(f, lw.ffn_sub_norm, eps)
-            x = p.add(x, lin(f, lw, "down"))
+            a = p.attention(q, k_cache, v_cache, start)
+            x = self._layer_tail(x, self._reshape(a, (t, cfg.num_heads * cfg.head_dim)), lw)
         cache.advance(t)
         if not all_logits and t > 1:
             x = p.embedding(x, np.array([t - 1], dtype=np.int64))  # row gather: the last token
-        x = p.rmsnorm(x, w.output_norm, eps)
+        x = p.rmsnorm(x, w.output_norm, cfg.rms_norm_eps)
         logits = np.asarray(p.to_host(p.matmul_dense(x, w.head)), dtype=np.float32)
         return logits if all_logits else logits[-1]
 
