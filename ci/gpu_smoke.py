@@ -10,9 +10,13 @@ or the ones named with ``--providers``:
 3. the conformance kit (``bitnet_core.testing.run``), every case including
    the real model's sizes: ``conformance-<name>.json``;
 4. a small random model (``SMOKE_CONFIG``) through ``bitnet_core.model`` on
-   the provider and on ``cpu-reference``: prefill logits (max error relative
-   to the largest logit) and 16 greedy tokens, then the engine's receipt of
-   the generation with the parity figures added: ``receipt-<name>.json``.
+   the provider and on ``cpu-reference``: prefill logits and 16 teacher-forced
+   decode steps (max error relative to the largest logit), then the engine's
+   receipt of a greedy generation with the parity figures added:
+   ``receipt-<name>.json``;
+5. a batched step (the server's ``forward_batch``): four sequences at
+   different positions decode together for ``GREEDY_TOKENS`` steps, each
+   row against the same sequence decoded alone on the same provider.
 
 ``parity-receipt.json`` sums it all up; the exit code is 0 when every
 provider passed every step.
@@ -43,6 +47,7 @@ SMOKE_CONFIG = dict(
 )  # fmt: skip
 PROMPT_TOKENS = 37
 GREEDY_TOKENS = 16
+SMOKE_ATOL = 5e-2  # of the largest logit: see check_model
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -83,44 +88,92 @@ def check_conformance(name: str, out: Path) -> dict:
 
 
 def check_model(name: str, out: Path) -> dict:
+    """Prefill logits and ``GREEDY_TOKENS`` teacher-forced decode steps against
+    ``cpu-reference`` with the same KV cache dtype.
+
+    The bound is ``SMOKE_ATOL`` of the largest logit: on this random 4-layer model
+    an int8 activation code at a quantizer tie, decided the other way by float
+    rounding, moves the logits by 2-4 % (measured, prefill / decode: the CPU engine
+    2.2 / 2.8 %, Vulkan on lavapipe 1.9 / 2.2 %, OpenCL on PoCL 2.5 / 2.7 %, WebGPU
+    3.3 / 4.0 %), while a wrong op or cache moves them by tens of %. A step's greedy token must
+    match wherever the reference's top two logits are further apart than the bound.
+    """
     from bitnet_core.config import BitNetConfig
-    from bitnet_core.model import GenericRunner, Model, random_weights
+    from bitnet_core.model import GenericRunner, KVCacheConfig, Model, random_weights
     from bitnet_core.model.receipt import write_receipt
     from bitnet_core.providers.reference import ReferenceProvider
-    from bitnet_core.testing.model import LOGIT_ATOL
 
     weights = random_weights(BitNetConfig(**SMOKE_CONFIG), seed=11)
     prompt = np.random.default_rng(5).integers(0, SMOKE_CONFIG["vocab_size"], PROMPT_TOKENS)
     model = Model.from_weights(weights, device=name, progress=False)
-    reference = GenericRunner(ReferenceProvider(), weights, progress=False)
-    got = model.runner.logits(prompt)
-    want = reference.logits(prompt)
-    rel = float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
+    kv = KVCacheConfig(dtype=str(model.runner.kv.dtype))
+    reference = GenericRunner(ReferenceProvider(), weights, progress=False, kv_cache=kv)
 
-    tokens = model.generate_ids(prompt.tolist(), max_tokens=GREEDY_TOKENS, temperature=0.0)
-    ref_tokens: list[int] = []
-    with reference.new_cache() as seq:
-        logits = reference.forward(prompt, seq)
+    def rel(got: np.ndarray, want: np.ndarray) -> float:
+        return float(np.abs(got.astype(np.float64) - want).max() / np.abs(want).max())
+
+    prefill = rel(model.runner.logits(prompt), reference.logits(prompt))
+    steps, decisive_mismatches, ref_tokens = [], 0, []
+    with reference.new_cache() as rs, model.runner.new_cache() as ms:
+        want, got = reference.forward(prompt, rs), model.runner.forward(prompt, ms)
         for _ in range(GREEDY_TOKENS):
-            ref_tokens.append(int(np.argmax(logits)))
-            logits = reference.forward(np.array(ref_tokens[-1:]), seq)
-    same = next(
-        (i for i, (a, b) in enumerate(zip(tokens, ref_tokens, strict=False)) if a != b), len(tokens)
-    )
+            steps.append(rel(got, want))
+            top2 = np.sort(want)[-2:]
+            if (
+                got.argmax() != want.argmax()
+                and top2[1] - top2[0] > SMOKE_ATOL * np.abs(want).max()
+            ):
+                decisive_mismatches += 1
+            ref_tokens.append(int(want.argmax()))
+            want = reference.forward(ref_tokens[-1:], rs)
+            got = model.runner.forward(ref_tokens[-1:], ms)
+    tokens = model.generate_ids(prompt.tolist(), max_tokens=GREEDY_TOKENS, temperature=0.0)
     parity = {
         "config": SMOKE_CONFIG,
+        "kv_dtype": kv.dtype,
         "prompt_tokens": PROMPT_TOKENS,
-        "logits_max_rel_error": rel,
-        "logits_tolerance": LOGIT_ATOL,
+        "logits_max_rel_error": prefill,
+        "decode_max_rel_error": max(steps),
+        "logits_tolerance": SMOKE_ATOL,
+        "decisive_greedy_mismatches": decisive_mismatches,
         "greedy_tokens": tokens,
         "reference_tokens": ref_tokens,
-        "greedy_tokens_matching": same,
     }
     receipt = model.receipt(model.last_stats, parity=parity)
     write_receipt(out / f"receipt-{name}.json", receipt)
-    parity["passed"] = rel <= LOGIT_ATOL and same == len(ref_tokens)
+    parity["passed"] = max(prefill, *steps) <= SMOKE_ATOL and decisive_mismatches == 0
     parity["throughput"] = receipt.get("throughput")
     return parity
+
+
+def check_batch(name: str) -> dict:
+    from bitnet_core.config import BitNetConfig
+    from bitnet_core.model import Model, random_weights
+
+    weights = random_weights(BitNetConfig(**SMOKE_CONFIG), seed=12)
+    batched = Model.from_weights(weights, device=name, progress=False).runner
+    alone = Model.from_weights(weights, device=name, progress=False).runner
+    rng = np.random.default_rng(6)
+    vocab = SMOKE_CONFIG["vocab_size"]
+    prompts = [rng.integers(0, vocab, n) for n in (5, 37, 1, 90)]
+    bseqs = [batched.new_cache() for _ in prompts]
+    aseqs = [alone.new_cache() for _ in prompts]
+    worst = 0.0
+    try:
+        for p, b, a in zip(prompts, bseqs, aseqs, strict=True):
+            batched.forward(p, b)
+            alone.forward(p, a)
+        for _ in range(GREEDY_TOKENS):
+            toks = rng.integers(0, vocab, len(prompts))
+            got = batched.forward_batch([([int(t)], s) for t, s in zip(toks, bseqs, strict=True)])
+            for row, t, a in zip(got, toks, aseqs, strict=True):
+                want = alone.forward([int(t)], a)
+                worst = max(worst, float(np.abs(row - want).max() / np.abs(want).max()))
+    finally:
+        for s in bseqs + aseqs:
+            s.close()
+    return {"runner": type(batched).__name__, "sequences": len(prompts), "steps": GREEDY_TOKENS,
+            "logits_max_rel_error": worst, "passed": worst <= SMOKE_ATOL}  # fmt: skip
 
 
 def git_commit() -> str:
@@ -179,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
                  ("conformance", lambda n=name: check_conformance(n, args.out))]  # fmt: skip
         if not args.skip_model:
             steps.append(("model", lambda n=name: check_model(n, args.out)))
+            steps.append(("batch", lambda n=name: check_batch(n)))
         for step, fn in steps:
             t0 = time.perf_counter()
             try:

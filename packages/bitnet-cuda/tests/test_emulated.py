@@ -264,3 +264,50 @@ def test_tensor_core_matmul_equals_dp4a(t: int, k: int, n: int, add: bool) -> No
     p.launch_i2s(weight.words, weight.scales, xq.data, xs, xq.xsum, want, t, add=add)
     np.testing.assert_array_equal(p.to_host(got), p.to_host(want))
     assert not np.array_equal(p.to_host(got), start)
+
+
+@pytest.mark.parametrize("kv", ["float32", "float16"])
+def test_batched_decode_step_equals_each_sequence_alone(kv: str) -> None:
+    """``forward_batch`` of sequences at different positions: their decode tokens go
+    through one step (the matmuls on all rows, attention per sequence over its own
+    cache), equal bit for bit to each sequence decoded alone while the caches share a
+    capacity (the same splits), and within tolerance from then on; a prompt chunk in the
+    same call runs its own pass. Steps replay one graph a batch size (1 submission)."""
+    weights = random_weights(strict_config("silu", context=70), seed=11)
+    batched, alone = (cuda_runner(weights, kv, "graphs", 16) for _ in range(2))
+    for b in (batched, alone):
+        b.keys_per_split = 4
+    prompts = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10], [11], [12, 13, 14, 15, 16]]
+    bseqs, aseqs = [batched.new_cache() for _ in prompts], [alone.new_cache() for _ in prompts]
+    for p, bs, as_ in zip(prompts, bseqs, aseqs, strict=True):
+        batched.forward(p, bs)
+        alone.forward(p, as_)
+    trace = batched.provider.trace
+    submissions, exact, exact_steps = [], True, 0
+    for step in range(24):
+        toks = [(step * 31 + 7 * j) % 300 for j in range(len(prompts))]
+        before = trace.submissions
+        got = batched.forward_batch([([t], s) for t, s in zip(toks, bseqs, strict=True)])
+        submissions.append(trace.submissions - before)
+        want = np.stack([alone.forward([t], s) for t, s in zip(toks, aseqs, strict=True)])
+        # a step over caches of different capacities splits one sequence's attention
+        # otherwise than alone, and the caches keep the difference from then on
+        exact = exact and len({s.k[0].shape[0] for s in bseqs}) == 1
+        if exact:
+            np.testing.assert_array_equal(got, want)
+        else:
+            assert_logits_close(got, want)
+        exact_steps += exact
+    assert [s.length for s in bseqs] == [s.length for s in aseqs] and exact_steps >= 8
+    assert submissions[0] > 1 and 1 in submissions  # launched, then replayed
+    # one graph a (batch size, splits): none for the caches' own growth (addresses are data)
+    assert {k for k in batched._graphs if k[0] == "seqs"} == {("seqs", 4, s, kv) for s in (4, 8)}
+    for name in ("rope_store_seqs", "attn_split_seqs"):
+        assert name + ("_f16" if kv == "float16" else "") in trace.kernels
+    # a prompt chunk beside two decode tokens: its own pass, the decodes one step
+    new_b, new_a = batched.new_cache(), alone.new_cache()
+    got = batched.forward_batch([([5], bseqs[0]), ([9, 8, 7], new_b), ([6], bseqs[1])])
+    want = [alone.forward([5], aseqs[0]), alone.forward([9, 8, 7], new_a)]
+    want.append(alone.forward([6], aseqs[1]))
+    assert_logits_close(got, np.stack(want))
+    assert new_b.length == 3

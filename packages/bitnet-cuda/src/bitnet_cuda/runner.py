@@ -23,6 +23,11 @@ captured once in a CUDA graph per KV cache layout (the cache's arrays change
 when a sequence's cache grows) and replayed, one launch a token instead of
 ~300. Everything runs on the backend's own stream.
 
+``forward_batch`` (the server's step) decodes the sequences that bring one
+token each in one step: the matmuls on all their rows, then ``rope_store_seqs``
+and ``attn_split_seqs`` per sequence, their caches' addresses read from a device
+table, so that step too is a graph (one a batch size and split count).
+
 ``BITNET_CUDA_FUSED=0`` keeps the generic engine; ``BITNET_CUDA_GRAPHS=0``
 runs the fused kernels without graphs. ``quantize_activations=False``
 always takes the generic path (float matmuls, for debugging).
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +62,9 @@ ROPE_THREADS = 64
 MAX_D = 256  # kernels' MAXD: head_dim limit of attn_split
 MAX_PARTS = 4096  # kernels' MAX_PARTS: heads x splits
 MAX_GRAPHS = 8  # captured decode steps kept (least recently used dropped)
+
+#: launches one layer's rope + KV store and attention: ``attend(layer index, layer)``
+Attend = Callable[[int, FusedLayer], None]
 
 
 def device_address(array: Any) -> int:
@@ -95,15 +104,20 @@ def fuse_ternary(cp: Any, parts: list[CudaTernary]) -> FusedTernary:
 
 
 class StepBuffers:
-    """Every array a forward pass of ``t`` tokens writes (kept for decode: fixed addresses)."""
+    """Every array a forward pass of ``t`` tokens writes (kept for decode: fixed addresses).
 
-    def __init__(self, cp: Any, cfg: Any, t: int, head_rows: int) -> None:
+    ``seqs``: a batched decode step, token ``j`` of sequence ``j``: a position and a
+    K and V cache address per sequence and layer (``kv_addresses``), and split-attention
+    parts per sequence.
+    """
+
+    def __init__(self, cp: Any, cfg: Any, t: int, head_rows: int, seqs: bool = False) -> None:
         hidden, qdim = cfg.hidden_size, cfg.num_heads * cfg.head_dim
         qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
         f = cfg.intermediate_size
         self.t = t
         self.ids = cp.zeros((t,), dtype=np.int32)
-        self.pos = cp.zeros((1,), dtype=np.int32)
+        self.pos = cp.zeros((t if seqs else 1,), dtype=np.int32)
         self.x = cp.zeros((t, hidden), dtype=np.float32)
         self.xq = cp.zeros((t, padded_cols(hidden)), dtype=np.int8)  # norm(x), int8
         self.qkv = cp.zeros((t, qkv), dtype=np.float32)
@@ -118,8 +132,10 @@ class StepBuffers:
         self.xsum, self.asum, self.fsum = (cp.zeros((t,), dtype=np.int32) for _ in range(3))
         self.head_x = cp.zeros((head_rows, hidden), dtype=np.float32)
         self.logits = cp.zeros((head_rows, cfg.vocab_size), dtype=np.float32)
-        if t == 1:  # the decode attention's per-split results
-            parts = cfg.num_heads * min(64, MAX_PARTS // cfg.num_heads)
+        if seqs:  # [layer, K or V, sequence]
+            self.kv_addresses = cp.zeros((cfg.num_layers, 2, t), dtype=np.uint64)
+        if t == 1 or seqs:  # the decode attention's per-split results
+            parts = t * cfg.num_heads * min(64, MAX_PARTS // cfg.num_heads)
             self.part_m = cp.zeros((parts,), dtype=np.float32)
             self.part_l = cp.zeros((parts,), dtype=np.float32)
             self.part_acc = cp.zeros((parts * cfg.head_dim,), dtype=np.float32)
@@ -141,6 +157,7 @@ class CudaRunner(GenericRunner):
         self._graphs: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._warm: set[tuple[Any, ...]] = set()  # layouts whose step ran once without a graph
         self._decode_bufs: StepBuffers | None = None
+        self._batch_bufs: dict[int, StepBuffers] = {}  # batched decode steps, by batch size
         if not self.fused:
             return
         self.cp = provider.cp
@@ -175,7 +192,7 @@ class CudaRunner(GenericRunner):
         else:
             b = StepBuffers(self.cp, self.config, t, t if all_logits else 1)
             self._set_inputs(b, ids, start)
-            self._launch_step(b, cache, start=start)
+            self._launch_step(b, self._prefill_attention(b, cache, start))
             logits = self._download(b.logits)
         cache.advance(t)
         return logits if all_logits else logits[-1]
@@ -185,13 +202,60 @@ class CudaRunner(GenericRunner):
             self._decode_bufs = StepBuffers(self.cp, self.config, 1, 1)
         b = self._decode_bufs
         self._set_inputs(b, ids, start)
-        graph = self._graph(b, cache) if self.use_graphs else None
-        if graph is not None:
-            graph.launch(self.stream)
-            self._provider.trace.submit()
-        else:
-            self._launch_step(b, cache, start=None)
+        key = tuple(
+            (device_address(k), device_address(v)) for k, v in zip(cache.k, cache.v, strict=True)
+        )
+        key += (tuple(cache.k[0].shape), str(cache.k[0].dtype))
+        self._run_step(key, b, self._decode_attention(b, cache))
         return self._download(b.logits)
+
+    # --- a batched decode step ----------------------------------------------------------
+    def forward_batch(self, items: Any) -> np.ndarray:
+        if not self.fused:
+            return super().forward_batch(items)
+        with self.cp.cuda.Device(self._provider.device_id), self.stream:
+            return super().forward_batch(items)
+
+    def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+        """Sequences with one new token decode in one step (the weights read once for all
+        of them); a sequence with a longer chunk (a prompt) runs its own forward pass."""
+        if not self.fused:
+            return super()._forward_batch(batch)
+        rows: list[np.ndarray | None] = [None] * len(batch)
+        decoding = [j for j, (ids, _) in enumerate(batch) if ids.size == 1]
+        if len(decoding) > 1:
+            logits = self._decode_batch([batch[j] for j in decoding])
+            for j, row in zip(decoding, logits, strict=True):
+                rows[j] = row
+        for j, (ids, cache) in enumerate(batch):
+            if rows[j] is None:
+                rows[j] = self._forward(ids, cache, False)
+        return np.stack(rows)
+
+    def _decode_batch(self, items: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+        cp, n = self.cp, len(items)
+        b = self._batch_bufs.get(n)
+        if b is None:
+            b = self._batch_bufs[n] = StepBuffers(cp, self.config, n, n, seqs=True)
+        caches = [cache for _, cache in items]
+        ids = np.array([int(ids[0]) for ids, _ in items], dtype=np.int32)
+        b.ids.set(ids, stream=self.stream)
+        b.pos.set(np.array([c.length for c in caches], dtype=np.int32), stream=self.stream)
+        addresses = [
+            [[device_address(c.k[i]) for c in caches], [device_address(c.v[i]) for c in caches]]
+            for i in range(self.config.num_layers)
+        ]
+        b.kv_addresses.set(np.array(addresses, dtype=np.uint64), stream=self.stream)
+        capacity = max(int(c.k[0].shape[0]) for c in caches)
+        splits = split_count(capacity, self.config.num_heads, self.keys_per_split)
+        dtype = caches[0].k[0].dtype  # one runner, one cache dtype
+        # the caches are data (their addresses in b.kv_addresses): one graph a batch size
+        key = ("seqs", n, splits, str(dtype))
+        self._run_step(key, b, self._batch_attention(b, splits, dtype == np.float16))
+        logits = self._download(b.logits)
+        for c in caches:
+            c.advance(1)
+        return logits
 
     def _set_inputs(self, b: StepBuffers, ids: np.ndarray, start: int) -> None:
         b.ids.set(np.ascontiguousarray(ids, dtype=np.int32), stream=self.stream)
@@ -203,12 +267,18 @@ class CudaRunner(GenericRunner):
         return np.asarray(out, dtype=np.float32)
 
     # --- CUDA graphs ------------------------------------------------------------------
-    def _graph(self, b: StepBuffers, cache: Sequence) -> Any:
-        """The captured decode step for this cache's arrays (captured on first use), or None."""
-        key = tuple(
-            (device_address(k), device_address(v)) for k, v in zip(cache.k, cache.v, strict=True)
-        )
-        key += (tuple(cache.k[0].shape), str(cache.k[0].dtype))
+    def _run_step(self, key: tuple[Any, ...], b: StepBuffers, attend: Attend) -> None:
+        """A decode step: its captured graph for ``key`` (captured on first use), or the
+        kernels launched as they are."""
+        graph = self._graph(key, b, attend) if self.use_graphs else None
+        if graph is not None:
+            graph.launch(self.stream)
+            self._provider.trace.submit()
+        else:
+            self._launch_step(b, attend)
+
+    def _graph(self, key: tuple[Any, ...], b: StepBuffers, attend: Attend) -> Any:
+        """The captured step for ``key``, or None (its first step runs uncaptured)."""
         graph = self._graphs.get(key)
         if graph is not None:
             self._graphs.move_to_end(key)
@@ -223,7 +293,7 @@ class CudaRunner(GenericRunner):
         try:
             self.stream.begin_capture()
             try:
-                self._launch_step(b, cache, start=None)
+                self._launch_step(b, attend)
             finally:
                 graph = self.stream.end_capture()
         except Exception as exc:  # a driver or CuPy without capture: run the kernels as they are
@@ -238,39 +308,19 @@ class CudaRunner(GenericRunner):
         return graph
 
     # --- the kernels of one forward pass ------------------------------------------------
-    def _launch_step(self, b: StepBuffers, cache: Sequence, start: int | None) -> None:
-        """Every kernel of a forward pass of ``b.t`` tokens at position ``b.pos``.
-
-        ``start=None`` (decode, one token): split attention reading the position from
-        ``b.pos``, nothing that depends on it on the host, so the launches can be captured.
-        """
+    def _launch_step(self, b: StepBuffers, attend: Attend) -> None:
+        """Every kernel of a forward pass of ``b.t`` tokens; ``attend(i, lw)`` launches layer
+        ``i``'s rope + KV store and attention, leaving its int8 output in ``b.aq``."""
         cfg, fn, i32, f32 = self.config, self._fn, np.int32, np.float32
         t, hidden, eps = b.t, cfg.hidden_size, f32(cfg.rms_norm_eps)
-        hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        qdim, f = hq * d, cfg.intermediate_size
-        scale = f32(1.0 / math.sqrt(d))
+        f = cfg.intermediate_size
         fn[f"embed_{self._emb_kind}"](
             (t,), (NORM_THREADS,), (self._emb, b.ids, b.x, i32(hidden), i32(self._emb_stride))
         )
-        f16_cache = cache.k[0].dtype == np.float16
-        rope_store = fn["rope_store_f16" if f16_cache else "rope_store"]
-        rope_args = (i32(hq), i32(hkv), i32(d), i32(cfg.rot_dim))
-        rope_args += (i32(0 if cfg.rope_style == "neox" else 1), f32(math.log2(cfg.rope_theta)))
-        splits = split_count(int(cache.k[0].shape[0]), hq, self.keys_per_split)
         for i, lw in enumerate(self.layers):
-            kc, vc = cache.layer(i)
             self._norm_quant(b.x, lw.attn_norm, b.xq, b.xs, b.xsum, t, hidden, eps)
             self._matmul(lw.qkv, b.xq, b.xs, b.xsum, b.qkv, t, add=False)
-            rope_store((t, hq + 2 * hkv), (ROPE_THREADS,), (b.qkv, b.pos, b.q, kc, vc, *rope_args))
-            if start is None:
-                self._split_attention(b, lw, kc, vc, splits, scale, eps)
-            else:
-                n = start + t
-                scores = self.cp.empty((t, hq, n), dtype=np.float32)
-                geometry = (i32(hq), i32(hkv), i32(d), i32(start), i32(n), scale)
-                attn = fn["attention_f16" if f16_cache else "attention"]
-                attn((t, hq), (ATTN_THREADS,), (b.q, kc, vc, scores, b.att, *geometry))
-                self._norm_quant(b.att, lw.attn_sub_norm, b.aq, b.as_, b.asum, t, qdim, eps)
+            attend(i, lw)
             self._matmul(lw.o, b.aq, b.as_, b.asum, b.x, t, add=True)
             self._norm_quant(b.x, lw.ffn_norm, b.xq, b.xs, b.xsum, t, hidden, eps)
             self._matmul(lw.gate_up, b.xq, b.xs, b.xsum, b.gu, t, add=False)
@@ -283,19 +333,95 @@ class CudaRunner(GenericRunner):
         fn["rmsnorm"]((rows,), (NORM_THREADS,), norm_args)
         self._provider.launch_dense(self._head, b.head_x, b.logits, rows)
 
+    def _rope_args(self) -> tuple[Any, ...]:
+        cfg, i32 = self.config, np.int32
+        args = (i32(cfg.num_heads), i32(cfg.num_kv_heads), i32(cfg.head_dim), i32(cfg.rot_dim))
+        return args + (
+            i32(0 if cfg.rope_style == "neox" else 1),
+            np.float32(math.log2(cfg.rope_theta)),
+        )
+
+    def _prefill_attention(self, b: StepBuffers, cache: Sequence, start: int) -> Attend:
+        """Layer attention of ``b.t`` prompt tokens from ``start`` (causal, over the cache)."""
+        cfg, fn, i32 = self.config, self._fn, np.int32
+        t, hq, hkv, d = b.t, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        f16 = cache.k[0].dtype == np.float16
+        scale, eps = np.float32(1.0 / math.sqrt(d)), np.float32(cfg.rms_norm_eps)
+
+        def attend(i: int, lw: FusedLayer) -> None:
+            kc, vc = cache.layer(i)
+            rope_store = fn["rope_store_f16" if f16 else "rope_store"]
+            rope_store(
+                (t, hq + 2 * hkv), (ROPE_THREADS,), (b.qkv, b.pos, b.q, kc, vc, *self._rope_args())
+            )
+            n = start + t
+            scores = self.cp.empty((t, hq, n), dtype=np.float32)
+            geometry = (i32(hq), i32(hkv), i32(d), i32(start), i32(n), scale)
+            attn = fn["attention_f16" if f16 else "attention"]
+            attn((t, hq), (ATTN_THREADS,), (b.q, kc, vc, scores, b.att, *geometry))
+            self._norm_quant(b.att, lw.attn_sub_norm, b.aq, b.as_, b.asum, t, hq * d, eps)
+
+        return attend
+
+    def _decode_attention(self, b: StepBuffers, cache: Sequence) -> Attend:
+        """Layer attention of one token at position ``b.pos`` (read on the device, so the
+        launches can be captured): rope + store, then flash-decoding splits."""
+        cfg = self.config
+        hq, hkv = cfg.num_heads, cfg.num_kv_heads
+        f16 = cache.k[0].dtype == np.float16
+        splits = split_count(int(cache.k[0].shape[0]), hq, self.keys_per_split)
+
+        def attend(i: int, lw: FusedLayer) -> None:
+            kc, vc = cache.layer(i)
+            rope_store = self._fn["rope_store_f16" if f16 else "rope_store"]
+            rope_store(
+                (1, hq + 2 * hkv), (ROPE_THREADS,), (b.qkv, b.pos, b.q, kc, vc, *self._rope_args())
+            )
+            split = self._fn["attn_split_f16" if f16 else "attn_split"]
+            self._split_attention(b, lw, split, (kc, vc, b.pos), splits, seqs=1)
+
+        return attend
+
+    def _batch_attention(self, b: StepBuffers, splits: int, f16: bool) -> Attend:
+        """Layer attention of a batched decode step: token ``j`` at ``b.pos[j]`` over
+        sequence ``j``'s cache (addresses from ``b.kv_addresses``)."""
+        cfg, n = self.config, b.t
+        hq, hkv = cfg.num_heads, cfg.num_kv_heads
+        suffix = "_f16" if f16 else ""
+
+        def attend(i: int, lw: FusedLayer) -> None:
+            kcs, vcs = b.kv_addresses[i, 0], b.kv_addresses[i, 1]
+            rope_store = self._fn[f"rope_store_seqs{suffix}"]
+            rope_store(
+                (n, hq + 2 * hkv),
+                (ROPE_THREADS,),
+                (b.qkv, b.pos, b.q, kcs, vcs, *self._rope_args()),
+            )
+            split = self._fn[f"attn_split_seqs{suffix}"]
+            self._split_attention(b, lw, split, (kcs, vcs, b.pos), splits, seqs=n)
+
+        return attend
+
     def _split_attention(
-        self, b: StepBuffers, lw: FusedLayer, kc: Any, vc: Any, splits: int, scale: Any, eps: Any
+        self,
+        b: StepBuffers,
+        lw: FusedLayer,
+        split: Any,
+        cache_args: tuple[Any, ...],
+        splits: int,
+        seqs: int,
     ) -> None:
-        """Decode attention (position from ``b.pos``), then attn_sub_norm and int8: 2 kernels."""
+        """Flash-decoding attention of ``seqs`` tokens (one a sequence), then attn_sub_norm
+        and int8: 2 kernels."""
         cfg, i32 = self.config, np.int32
         hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        scale, eps = np.float32(1.0 / math.sqrt(d)), np.float32(cfg.rms_norm_eps)
         parts = (b.part_m, b.part_l, b.part_acc)
-        split = self._fn["attn_split_f16" if kc.dtype == np.float16 else "attn_split"]
         geometry = (i32(hq), i32(hkv), i32(d), i32(splits), scale)
-        split((hq, splits), (ATTN_THREADS,), (b.q, kc, vc, b.pos, *parts, *geometry))
+        split((hq, splits, seqs), (ATTN_THREADS,), (b.q, *cache_args, *parts, *geometry))
         out = (b.att, lw.attn_sub_norm, b.aq, b.as_, b.asum)
         sizes = (i32(hq), i32(d), i32(splits), i32(b.aq.shape[1]), eps)
-        self._fn["attn_combine_norm_quant"]((1,), (COMBINE_THREADS,), (*parts, *out, *sizes))
+        self._fn["attn_combine_norm_quant"]((seqs,), (COMBINE_THREADS,), (*parts, *out, *sizes))
 
     def _norm_quant(
         self, x: Any, g: Any, xq: Any, xs: Any, xsum: Any, t: int, d: int, eps: Any
@@ -320,5 +446,9 @@ _KERNELS = (
     "attention_f16",
     "attn_split",
     "attn_split_f16",
+    "rope_store_seqs",
+    "rope_store_seqs_f16",
+    "attn_split_seqs",
+    "attn_split_seqs_f16",
     "attn_combine_norm_quant",
 )

@@ -533,13 +533,14 @@ __device__ void rope_row(const float* __restrict__ src, OUT* dst, int p, int d, 
     }
     for (int e = rot + threadIdx.x; e < d; e += blockDim.x) store_f(dst, e, src[e]);
 }
+// Token t's q|k|v row at position p: q rotated into q_out, k rotated and v written at
+// row p of the cache (kc, vc). blockIdx.y is the head of q|k|v.
 template <typename KV>
-__device__ void rope_store_body(const float* __restrict__ qkv, const int* __restrict__ pos,
+__device__ void rope_store_body(const float* __restrict__ qkv, int t, int p,
                                 float* __restrict__ q_out, KV* __restrict__ kc,
                                 KV* __restrict__ vc, int hq, int hkv, int d, int rot, int style,
                                 float log2_theta) {
-    const int t = blockIdx.x, hh = blockIdx.y;
-    const int p = pos[0] + t;
+    const int hh = blockIdx.y;
     const float* src = qkv + ((size_t)t * (hq + 2 * hkv) + hh) * d;
     if (hh < hq) {
         rope_row(src, q_out + ((size_t)t * hq + hh) * d, p, d, rot, style, log2_theta);
@@ -550,17 +551,42 @@ __device__ void rope_store_body(const float* __restrict__ qkv, const int* __rest
         for (int i = threadIdx.x; i < d; i += blockDim.x) store_f(dst, i, src[i]);
     }
 }
+// One sequence: token t = blockIdx.x at position pos[0] + t.
 extern "C" __global__ void rope_store(const float* __restrict__ qkv, const int* __restrict__ pos,
                                       float* __restrict__ q_out, float* __restrict__ kc,
                                       float* __restrict__ vc, int hq, int hkv, int d, int rot,
                                       int style, float log2_theta) {
-    rope_store_body(qkv, pos, q_out, kc, vc, hq, hkv, d, rot, style, log2_theta);
+    const int t = blockIdx.x;
+    rope_store_body(qkv, t, pos[0] + t, q_out, kc, vc, hq, hkv, d, rot, style, log2_theta);
 }
 extern "C" __global__ void rope_store_f16(const float* __restrict__ qkv, const int* __restrict__ pos,
                                           float* __restrict__ q_out, __half* __restrict__ kc,
                                           __half* __restrict__ vc, int hq, int hkv, int d, int rot,
                                           int style, float log2_theta) {
-    rope_store_body(qkv, pos, q_out, kc, vc, hq, hkv, d, rot, style, log2_theta);
+    const int t = blockIdx.x;
+    rope_store_body(qkv, t, pos[0] + t, q_out, kc, vc, hq, hkv, d, rot, style, log2_theta);
+}
+// A batched decode step: token j = blockIdx.x is sequence j's, at position pos[j], stored
+// into that sequence's cache (kcs[j], vcs[j]: device addresses of its layer's K and V).
+extern "C" __global__ void rope_store_seqs(const float* __restrict__ qkv,
+                                           const int* __restrict__ pos, float* __restrict__ q_out,
+                                           const unsigned long long* __restrict__ kcs,
+                                           const unsigned long long* __restrict__ vcs, int hq,
+                                           int hkv, int d, int rot, int style, float log2_theta) {
+    const int j = blockIdx.x;
+    rope_store_body(qkv, j, pos[j], q_out, reinterpret_cast<float*>(kcs[j]),
+                    reinterpret_cast<float*>(vcs[j]), hq, hkv, d, rot, style, log2_theta);
+}
+extern "C" __global__ void rope_store_seqs_f16(const float* __restrict__ qkv,
+                                               const int* __restrict__ pos,
+                                               float* __restrict__ q_out,
+                                               const unsigned long long* __restrict__ kcs,
+                                               const unsigned long long* __restrict__ vcs, int hq,
+                                               int hkv, int d, int rot, int style,
+                                               float log2_theta) {
+    const int j = blockIdx.x;
+    rope_store_body(qkv, j, pos[j], q_out, reinterpret_cast<__half*>(kcs[j]),
+                    reinterpret_cast<__half*>(vcs[j]), hq, hkv, d, rot, style, log2_theta);
 }
 
 // Split ("flash-decoding") attention of one query at position pos[0] over keys 0..pos[0]:
@@ -570,7 +596,7 @@ extern "C" __global__ void rope_store_f16(const float* __restrict__ qkv, const i
 // attn_combine_norm_quant merges the splits. d <= MAXD, blockDim.x = 128.
 template <typename KV>
 __device__ void attn_split_body(const float* __restrict__ q, const KV* __restrict__ kc,
-                                const KV* __restrict__ vc, const int* __restrict__ pos,
+                                const KV* __restrict__ vc, int n,
                                 float* __restrict__ part_m, float* __restrict__ part_l,
                                 float* __restrict__ part_acc, int hq, int hkv, int d, int splits,
                                 float scale) {
@@ -578,7 +604,6 @@ __device__ void attn_split_body(const float* __restrict__ q, const KV* __restric
     const int h = blockIdx.x, split = blockIdx.y;
     const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
     const int kvh = h / (hq / hkv);
-    const int n = pos[0] + 1;
     const int chunk = (n + splits - 1) / splits;
     const int s0 = split * chunk, s1 = min(n, s0 + chunk);
     float qr[MAXD / WARP], acc[MAXD / WARP];
@@ -633,17 +658,49 @@ extern "C" __global__ void attn_split(const float* __restrict__ q, const float* 
                                       float* __restrict__ part_m, float* __restrict__ part_l,
                                       float* __restrict__ part_acc, int hq, int hkv, int d,
                                       int splits, float scale) {
-    attn_split_body(q, kc, vc, pos, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
+    attn_split_body(q, kc, vc, pos[0] + 1, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
 }
 extern "C" __global__ void attn_split_f16(const float* __restrict__ q, const __half* __restrict__ kc,
                                           const __half* __restrict__ vc, const int* __restrict__ pos,
                                           float* __restrict__ part_m, float* __restrict__ part_l,
                                           float* __restrict__ part_acc, int hq, int hkv, int d,
                                           int splits, float scale) {
-    attn_split_body(q, kc, vc, pos, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
+    attn_split_body(q, kc, vc, pos[0] + 1, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
+}
+// A batched decode step: blockIdx.z = j is sequence j (its query row, its cache kcs[j] /
+// vcs[j] up to position pos[j], its block of hq * splits parts).
+template <typename KV>
+__device__ void attn_split_seq(const float* __restrict__ q, const unsigned long long* __restrict__ kcs,
+                               const unsigned long long* __restrict__ vcs,
+                               const int* __restrict__ pos, float* __restrict__ part_m,
+                               float* __restrict__ part_l, float* __restrict__ part_acc, int hq,
+                               int hkv, int d, int splits, float scale) {
+    const int j = blockIdx.z;
+    const size_t parts = (size_t)j * hq * splits;
+    attn_split_body(q + (size_t)j * hq * d, reinterpret_cast<const KV*>(kcs[j]),
+                    reinterpret_cast<const KV*>(vcs[j]), pos[j] + 1, part_m + parts,
+                    part_l + parts, part_acc + parts * d, hq, hkv, d, splits, scale);
+}
+extern "C" __global__ void attn_split_seqs(const float* __restrict__ q,
+                                           const unsigned long long* __restrict__ kcs,
+                                           const unsigned long long* __restrict__ vcs,
+                                           const int* __restrict__ pos, float* __restrict__ part_m,
+                                           float* __restrict__ part_l, float* __restrict__ part_acc,
+                                           int hq, int hkv, int d, int splits, float scale) {
+    attn_split_seq<float>(q, kcs, vcs, pos, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
+}
+extern "C" __global__ void attn_split_seqs_f16(const float* __restrict__ q,
+                                               const unsigned long long* __restrict__ kcs,
+                                               const unsigned long long* __restrict__ vcs,
+                                               const int* __restrict__ pos,
+                                               float* __restrict__ part_m, float* __restrict__ part_l,
+                                               float* __restrict__ part_acc, int hq, int hkv, int d,
+                                               int splits, float scale) {
+    attn_split_seq<__half>(q, kcs, vcs, pos, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
 }
 
-// Merge attn_split's parts into out [hq * d], then quantize_act(rmsnorm(out, g)): one block.
+// Merge attn_split's parts into out [hq * d], then quantize_act(rmsnorm(out, g)): one block
+// a sequence (blockIdx.x = j: sequence j's parts, its row of out, xq, scale and xsum).
 // hq * splits <= MAX_PARTS.
 extern "C" __global__ void attn_combine_norm_quant(const float* __restrict__ part_m,
                                                    const float* __restrict__ part_l,
@@ -655,6 +712,9 @@ extern "C" __global__ void attn_combine_norm_quant(const float* __restrict__ par
                                                    int splits, int kp, float eps) {
     __shared__ float red[32];
     __shared__ float weight[MAX_PARTS];  // exp(m_s - max) / sum, per head and split
+    const size_t j = blockIdx.x;
+    part_m += j * hq * splits, part_l += j * hq * splits, part_acc += j * hq * splits * d;
+    out += j * hq * d, xq += j * kp, scale += j, xsum += j;
     for (int h = threadIdx.x; h < hq; h += blockDim.x) {
         const float* pm = part_m + (size_t)h * splits;
         const float* pl = part_l + (size_t)h * splits;
