@@ -183,8 +183,8 @@ class GenericRunner:
         row equals what ``forward`` gives for that sequence alone (bit for bit where the
         provider's ops are batch-invariant, as the native CPU ones). The caller bounds the
         step's tokens (no chunking here). Nothing is appended unless the whole step runs.
-        A backend that fuses its single-sequence ``_forward`` but has no ``_forward_batch``
-        of its own (``cuda``'s) runs the sequences one after the other.
+        A runner that fuses its single-sequence ``_forward`` but has no ``_forward_batch``
+        of its own runs the sequences one after the other.
         """
         batch = [(self._step_ids(ids), cache) for ids, cache in items]
         if not batch:
