@@ -39,9 +39,9 @@ import numpy as np
 from bitnet_core.errors import ProviderError
 from bitnet_core.sdk.pool import size_class
 
-from . import vkapi
-from .context import Buffer, VulkanContext
-from .pipelines import Pipeline
+from .kernels import Pipeline
+from .runtime import vkapi
+from .runtime.context import Buffer, VulkanContext
 
 DESCRIPTOR_SETS = 4096
 MAX_BINDINGS = 8
