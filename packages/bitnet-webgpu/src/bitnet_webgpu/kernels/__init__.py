@@ -1,4 +1,5 @@
-"""The WGSL shaders shipped with bitnet-webgpu, and their tiny preprocessor.
+"""The kernels of the ``webgpu`` backend: the WGSL shaders beside this module, and their
+tiny preprocessor.
 
 Importable without bitnet-core, so the build-time shader check can use it.
 
@@ -7,7 +8,7 @@ WGSL has no preprocessor; our shaders use ``#ifdef NAME`` / ``#else`` /
 else plain integer math; ``ROWS``: one invocation per output row, for
 CPU-like adapters, else one workgroup per row; ``ADD``: add into the output;
 ``F16``: a float16 KV cache), resolved before compiling, and ``#include NAME``
-lines, replaced by ``shaders/NAME.wgsl`` (shared helpers without ``#ifdef``).
+lines, replaced by ``NAME.wgsl`` from here (shared helpers without ``#ifdef``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-SHADER_DIR = Path(__file__).parent / "shaders"
+SHADER_DIR = Path(__file__).parent
 
 SHADER_NAMES = (
     "quantize_act",
@@ -39,7 +40,7 @@ SHADER_NAMES = (
 
 @cache
 def shader_source(name: str) -> str:
-    """The raw text of ``shaders/<name>.wgsl``."""
+    """The raw text of ``<name>.wgsl``."""
     try:
         return (SHADER_DIR / f"{name}.wgsl").read_text()
     except FileNotFoundError as exc:
