@@ -8,7 +8,8 @@ WGSL has no preprocessor; our shaders use ``#ifdef NAME`` / ``#else`` /
 else plain integer math; ``ROWS``: one invocation per output row, for
 CPU-like adapters, else one workgroup per row; ``ADD``: add into the output;
 ``F16``: a float16 KV cache), resolved before compiling, and ``#include NAME``
-lines, replaced by ``NAME.wgsl`` from here (shared helpers without ``#ifdef``).
+lines, replaced by ``NAME.wgsl`` from here before the conditionals are
+resolved (shared helpers: ``row_quant``, ``kv_cache``).
 """
 
 from __future__ import annotations
@@ -51,15 +52,23 @@ def shader_source(name: str) -> str:
         ) from exc
 
 
+def expand_includes(source: str) -> str:
+    """``source`` with each ``#include NAME`` line replaced by ``NAME.wgsl`` (one level)."""
+    return "\n".join(
+        shader_source(line.split()[1]).rstrip("\n")
+        if line.strip().startswith("#include ")
+        else line
+        for line in source.splitlines()
+    )
+
+
 def preprocess(source: str, defines: frozenset[str] = frozenset()) -> str:
-    """Resolve ``#include`` and ``#ifdef``/``#else``/``#endif`` lines (no nesting allowed)."""
+    """Resolve ``#include``, then ``#ifdef``/``#else``/``#endif`` lines (no nesting allowed)."""
     out: list[str] = []
     active: bool | None = None  # None: outside a conditional
-    for line in source.splitlines():
+    for line in expand_includes(source).splitlines():
         stripped = line.strip()
-        if stripped.startswith("#include ") and (active is None or active):
-            out.append(shader_source(stripped.split()[1]))
-        elif stripped.startswith("#ifdef "):
+        if stripped.startswith("#ifdef "):
             if active is not None:
                 raise ValueError("nested #ifdef in a WGSL shader")
             active = stripped.split()[1] in defines
@@ -74,7 +83,8 @@ def preprocess(source: str, defines: frozenset[str] = frozenset()) -> str:
 
 def variants(name: str) -> list[frozenset[str]]:
     """Every define set a shader can be compiled with (for the build-time check)."""
-    names = sorted(set(re.findall(r"^\s*#ifdef\s+(\w+)", shader_source(name), re.M)))
+    source = expand_includes(shader_source(name))
+    names = sorted(set(re.findall(r"^\s*#ifdef\s+(\w+)", source, re.M)))
     return [
         frozenset(combo)
         for r in range(len(names) + 1)

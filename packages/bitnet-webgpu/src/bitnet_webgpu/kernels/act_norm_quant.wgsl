@@ -10,7 +10,8 @@ struct Params { f: u32, kw: u32, act: u32, eps: f32 }
 
 #include row_quant
 
-fn value(base: u32, i: u32) -> f32 {
+fn value(t: u32, i: u32) -> f32 {
+    let base = t * 2u * p.f;
     let a = gu[base + i];
     let b = gu[base + p.f + i];
     if (p.act == 0u) { return a / (1.0 + exp(-a)) * b; }
@@ -20,30 +21,5 @@ fn value(base: u32, i: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    let t = wg.x;
-    let base = t * 2u * p.f;
-    var ss = 0.0;
-    for (var i = tid; i < p.f; i += WG) { let v = value(base, i); ss += v * v; }
-    let inv = inverseSqrt(reduce_sum(tid, ss) / f32(p.f) + p.eps);
-    var m = 0.0;
-    for (var i = tid; i < p.f; i += WG) { m = max(m, abs(value(base, i) * inv * g[i])); }
-    let sc = 127.0 / max(reduce_max(tid, m), 1e-5);
-    var acc = 0;
-    for (var w = tid; w < p.kw; w += WG) {
-        var word = 0u;
-        for (var b = 0u; b < 4u; b++) {
-            let i = w * 4u + b;
-            if (i < p.f) {
-                let q = q8(value(base, i) * inv * g[i], sc);
-                acc += q;
-                word |= (u32(q) & 0xffu) << (8u * b);
-            }
-        }
-        xq[t * p.kw + w] = word;
-    }
-    let total = reduce_isum(tid, acc);
-    if (tid == 0u) {
-        scale[t] = sc;
-        xsum[t] = total;
-    }
+    norm_quant_row(tid, wg.x, p.f, p.kw, p.eps);
 }
