@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bitnet_core.hal import REGISTRY
-from bitnet_cuda.module import FATBIN, KERNELS, SOURCE
+from bitnet_cuda.kernels import FATBIN, KERNELS, SOURCE
 from bitnet_cuda.provider import CudaProvider, pack_cuda_ternary
 
 NVCC = shutil.which("nvcc")

@@ -58,7 +58,7 @@ def test_probe_sees_the_emulated_device_and_loads_its_kernels(monkeypatch) -> No
 def test_probe_reports_kernels_that_fail_to_build(monkeypatch, tmp_path) -> None:
     """A device whose kernel module does not build is unavailable at step "kernels"
     (so auto never picks it), not at the first op."""
-    from bitnet_cuda import module
+    from bitnet_cuda import kernels as module
 
     broken = tmp_path / "bitnet_kernels.cu"
     broken.write_text(module.SOURCE.read_text() + "\nthis is not C++;\n")

@@ -46,7 +46,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 
 "$PY" - <<'PY' 2>&1 | tee "$OUTDIR/opencl_probe.txt"
 from bitnet_opencl import OpenCLProvider
-from bitnet_opencl.device import discover
+from bitnet_opencl.runtime.devices import discover
 for d in discover().devices:
     print("device", d.address, d.describe(), sorted(e for e in d.extensions if "subgroup" in e or "dot" in e or "fp" in e))
 p = OpenCLProvider()

@@ -11,7 +11,13 @@ import pytest
 from bitnet_core.hal import REGISTRY
 from bitnet_core.hal.selection import select
 from bitnet_opencl import OpenCLProvider
-from bitnet_opencl.device import DeviceInfo, Discovery, choose_device, discover, parse_device_env
+from bitnet_opencl.runtime.devices import (
+    DeviceInfo,
+    Discovery,
+    choose_device,
+    discover,
+    parse_device_env,
+)
 
 
 def dev(p: int, d: int, kind: str, cu: int = 8, version=(3, 0), **kw) -> DeviceInfo:

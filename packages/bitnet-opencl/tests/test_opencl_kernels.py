@@ -13,7 +13,7 @@ from ocl_helpers import acts, ternary
 
 from bitnet_core.sdk.packing import pack_lanes, unpack_lanes
 from bitnet_opencl import OpenCLProvider
-from bitnet_opencl.program import Features
+from bitnet_opencl.kernels import Features
 from bitnet_opencl.provider import GEMV_MAX_TOKENS
 from bitnet_opencl.runtime import Runtime
 from bitnet_opencl.weights import padded_cols

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from bitnet_core.providers.reference import ReferenceProvider
-from bitnet_vulkan.context import ENV_INT_DOT, ENV_SUBGROUP
 from bitnet_vulkan.provider import VulkanProvider
+from bitnet_vulkan.runtime.context import ENV_INT_DOT, ENV_SUBGROUP
 
 # lavapipe's WSI code complains on stderr without it; harmless, but noisy
 os.environ.setdefault("XDG_RUNTIME_DIR", "/tmp")

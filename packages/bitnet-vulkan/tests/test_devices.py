@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bitnet_core.errors import ConfigError
-from bitnet_vulkan.devices import DeviceInfo, choose
+from bitnet_vulkan.runtime.devices import DeviceInfo, choose
 
 
 def dev(index: int, type_: str, compute: int | None = 0) -> DeviceInfo:

@@ -68,16 +68,10 @@ def test_gguf_file_through_the_cli_loader(vk, tmp_path, ternary_type):
     """A real GGUF file (TQ2_0 / TQ1_0 blocks unpacked on load) on both devices."""
     import bitnet_core
     from bitnet_core.model.random import random_model_file
+    from bitnet_core.testing.model import FILE_CONFIG
 
-    cfg = BitNetConfig(
-        vocab_size=300,
-        hidden_size=256,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        intermediate_size=512,
-        context_length=64,
-    )
+    # the kit's block-format model (multiples of 256), with two layers
+    cfg = BitNetConfig(**{**FILE_CONFIG, "num_layers": 2, "context_length": 64})
     path = random_model_file(tmp_path / "m.gguf", cfg, seed=9, ternary_type=ternary_type)
     ref = bitnet_core.load(path, device="cpu-reference", progress=False)
     dev = bitnet_core.load(path, device="vulkan", progress=False)

@@ -17,9 +17,9 @@ from bitnet_core.errors import StrictModeError
 from bitnet_core.model.api import Model
 from bitnet_core.model.random import random_weights
 from bitnet_core.model.runner import GenericRunner
-from bitnet_vulkan.context import ENV_SUBGROUP
 from bitnet_vulkan.provider import VulkanProvider
 from bitnet_vulkan.runner import VulkanRunner
+from bitnet_vulkan.runtime.context import ENV_SUBGROUP
 
 PROMPT = [5, 300, 17, 17, 0, 42, 299, 8, 150, 3, 77]
 

@@ -14,8 +14,8 @@ from bitnet_core.config import BitNetConfig
 from bitnet_core.model.random import random_weights
 from bitnet_core.model.runner import GenericRunner
 from bitnet_core.providers.reference import ReferenceProvider
-from bitnet_vulkan.context import ENV_FORCE_STAGING
 from bitnet_vulkan.provider import VulkanProvider
+from bitnet_vulkan.runtime.context import ENV_FORCE_STAGING
 
 RNG = np.random.default_rng(11)
 

@@ -94,7 +94,7 @@ def test_matmul_i2s_add(provider, add, k, n):
     gw = provider.load_ternary(w)
     dev = provider.dev
     y = dev.upload(y0)
-    groups, defines = provider._matmul_groups(n, 1)
+    groups, defines = provider.dev.matmul_grid(n, 1)
     defines |= {"DOT4"} if dev.dot4 else frozenset()
     defines |= {"ADD"} if add else frozenset()
     params = np.array([n, gw.kw16, 1, xq.row_words, groups[0], 0, 0, 0], U32)

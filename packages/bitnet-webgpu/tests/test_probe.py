@@ -91,7 +91,7 @@ def test_kernel_variants_match(monkeypatch, env, value):
 @pytest.mark.parametrize("name", ["BITNET_WEBGPU_DEVICE", "BITNET_WEBGPU_ADAPTER"])
 def test_device_variable_and_its_deprecated_old_name(monkeypatch, caplog, name):
     from bitnet_core.errors import DeviceUnavailableError
-    from bitnet_webgpu.device import choose_adapter
+    from bitnet_webgpu.runtime import choose_adapter
 
     monkeypatch.delenv("BITNET_WEBGPU_DEVICE", raising=False)
     monkeypatch.delenv("BITNET_WEBGPU_ADAPTER", raising=False)

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SHADERS_PY = HERE.parent / "src" / "bitnet_webgpu" / "shaders.py"
+SHADERS_PY = HERE.parent / "src" / "bitnet_webgpu" / "kernels" / "__init__.py"
 
 
 def load_shaders_module():

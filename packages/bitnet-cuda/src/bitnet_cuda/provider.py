@@ -17,7 +17,7 @@ import numpy as np
 from bitnet_core.errors import UnsupportedOperationError
 from bitnet_core.hal.provider import RopeStyle
 from bitnet_core.hal.switches import env_enabled
-from bitnet_core.sdk.provider import DeviceProvider
+from bitnet_core.sdk.provider import GpuProvider
 
 from .memory import CudaMemory, CudaQ8, CudaTernary, HalfTable, pack_cuda_ternary
 from .runtime import CudaRuntime, import_cupy
@@ -38,15 +38,7 @@ MMA_WARPS, MMA_NT = 4, 4  # matmul_i2s_mma: warps a block, 8-token groups a warp
 MMA_MIN_TOKENS = 16
 
 
-class CudaProvider(
-    CudaRuntime,
-    CudaMemory,
-    DeviceProvider,
-    family="cuda",
-    device_kind="gpu",
-    priority=10,
-    fakeable=True,
-):
+class CudaProvider(CudaRuntime, CudaMemory, GpuProvider, family="cuda", priority=10):
     """Runs BitNet ops with CUDA kernels (dp4a GEMV, warp-per-row head, fused norms)."""
 
     #: float16 first: half the bytes attention reads per key (llama.cpp's default too)
@@ -64,7 +56,6 @@ class CudaProvider(
         self._tensor_cores: bool | None = None
         self.kernel_source = ""
 
-    # --- probe (seed 002: a reason at each step that fails) -----------------------
     def make_runner(self, weights: Any, **opts: Any) -> Any:
         """The fused, graph-captured runner (``runner.py``); None with ``BITNET_CUDA_FUSED=0``."""
         from .runner import CudaRunner
@@ -83,7 +74,6 @@ class CudaProvider(
             return None
         return CudaRunner(self, weights, **opts)
 
-    # --- memory ---------------------------------------------------------------------
     # --- ops --------------------------------------------------------------------------
     def embedding(self, table: Any, ids: np.ndarray) -> Any:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)

@@ -28,7 +28,7 @@ from bitnet_core.sdk.runtime import (
     never_raises,
 )
 
-from .module import load_module
+from .kernels import load_module
 
 CUPY_HINT = "pip install 'bitnet-cuda[cuda12]', or [cuda13] for a CUDA 13 driver"
 

@@ -24,7 +24,7 @@ from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.sdk.runtime import RuntimeUnavailable
 
 from .buffers import CLArray
-from .device import import_pyopencl
+from .runtime.devices import import_pyopencl
 from .weights import OpenCLWeight, host_layout
 
 #: Host arrays up to this size are uploaded without blocking (after a private copy).

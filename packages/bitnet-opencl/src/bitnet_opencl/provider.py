@@ -11,29 +11,22 @@ the op.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from collections import OrderedDict
 from typing import Any
 
 import numpy as np
 
-from bitnet_core.errors import (
-    DeviceUnavailableError,
-    ShapeError,
-    UnsupportedOperationError,
-)
-from bitnet_core.hal.provider import Availability, RopeStyle
+from bitnet_core.errors import ShapeError, UnsupportedOperationError
+from bitnet_core.hal.provider import RopeStyle
 from bitnet_core.hal.switches import env_enabled
 from bitnet_core.sdk.arrays import row_split
 from bitnet_core.sdk.attention import AttentionShape
-from bitnet_core.sdk.provider import DeviceProvider
-from bitnet_core.sdk.runtime import never_raises
+from bitnet_core.sdk.provider import GpuProvider
 
 from .buffers import CLArray
-from .device import DeviceInfo, choose_device, discover
 from .memory import OpenCLMemory, cl_op
-from .runtime import Runtime
+from .runtime import OpenCLRuntime
 
 #: Attention splits the keys in spans of this many when there are more than one
 #: span and fewer (head, query) work-groups than ATTN_SPLIT_BELOW_GROUPS.
@@ -49,68 +42,17 @@ def _i32(v: int) -> np.int32:
     return np.int32(v)
 
 
-class OpenCLProvider(
-    OpenCLMemory,
-    DeviceProvider,
-    family="opencl",
-    device_kind="gpu",
-    priority=30,
-    aliases=("ocl",),
-    fakeable=True,
-):
+class OpenCLProvider(OpenCLRuntime, OpenCLMemory, GpuProvider, family="opencl", priority=30):
     """OpenCL kernels through PyOpenCL on any OpenCL 1.2+ device."""
 
-    #: KV cache dtypes of kv_store/attention (float16: ``--kv-type f16``)
-    kv_dtypes = ("float32", "float16")
+    aliases = ("ocl",)
 
     def __init__(self, device: str | None = None) -> None:
         """``device``: ``"P:D"`` overriding ``BITNET_OPENCL_DEVICE`` (tests, benchmarks)."""
-        self._request = device
-        self._choices: dict[bool, DeviceInfo] = {}
-        self._rt: Runtime | None = None
-        self._lock = threading.Lock()
+        OpenCLRuntime.__init__(self, device)
         self._rope_tables: OrderedDict[tuple, CLArray] = OrderedDict()
         self._last_quant: tuple[weakref.ref, CLArray, CLArray] | None = None
         self._locals: dict[int, Any] = {}
-
-    # --- probing and the device ---------------------------------------------
-    @never_raises
-    def probe(self, explicit: bool = False) -> Availability:
-        found = discover()
-        if not found.devices:
-            return Availability.no(found.reason, found.step)
-        info, reason = choose_device(explicit, request=self._request, discovery=found)
-        if info is None:
-            return Availability.no(reason, "device")
-        self._choices[explicit] = info
-        return Availability.yes(
-            info.describe(), "cpu" if info.kind == "cpu" else "gpu", **info.details()
-        )
-
-    @property
-    def runtime(self) -> Runtime:
-        """The device state, created on first use from the last successful probe."""
-        rt = self._rt
-        if rt is not None:
-            return rt
-        with self._lock:
-            if self._rt is None:
-                info = self._choices.get(True) or self._choices.get(False)
-                if info is None:
-                    avail = self.probe(explicit=True)
-                    if not avail.available:
-                        raise DeviceUnavailableError(f"opencl: {avail.reason}")
-                    info = self._choices[True]
-                self._rt = Runtime.open(info)
-            return self._rt
-
-    @property
-    def device_info(self) -> DeviceInfo:
-        return self.runtime.info
-
-    def synchronize(self) -> None:
-        """Wait for every queued command (benchmarks)."""
-        self.runtime.finish()
 
     def make_runner(self, weights: Any, **opts: Any) -> Any:
         """The fused runner with replayed decode steps (``runner.py``); None with
@@ -120,13 +62,6 @@ class OpenCLProvider(
         return OpenCLRunner(self, weights, **opts) if env_enabled(ENV_FUSED) else None
 
     # --- helpers --------------------------------------------------------------
-    def _run(self, name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
-        rt = self.runtime
-        with rt.launch_lock:  # a kernel object's arguments are shared state
-            rt.kernel(name)(rt.queue, gsize, lsize, *args)
-        self.trace.kernel(name)
-        self.trace.submit()
-
     def _rows(self, name: str, n: int, groups1: int, units: int, item: int, *args) -> None:
         """Launch a row-parallel kernel (``lanes`` items a row) over ``n`` rows."""
         lanes, wg = self.runtime.row_plan(name, units)
@@ -134,7 +69,6 @@ class OpenCLProvider(
         grid = (-(-n // rows_per_group) * wg, groups1)
         self._run(name, grid, (wg, 1), *args, _i32(lanes), self._local(wg * item))
 
-    # --- memory ---------------------------------------------------------------
     # --- ops ------------------------------------------------------------------
     @cl_op
     def embedding(self, table: Any, ids: np.ndarray) -> CLArray:

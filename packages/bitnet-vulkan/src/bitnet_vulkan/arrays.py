@@ -15,7 +15,7 @@ import numpy as np
 from bitnet_core.errors import ShapeError
 from bitnet_core.sdk.arrays import DeviceArray, reshaped
 
-from .context import Buffer
+from .runtime.context import Buffer
 
 INT8_ROW_ALIGN = 16
 

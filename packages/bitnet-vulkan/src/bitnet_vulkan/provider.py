@@ -9,33 +9,22 @@ back (``to_host``), so a whole forward pass is one submission. Numerics follow
 from __future__ import annotations
 
 import math
-import os
-import threading
 from typing import Any
 
 import numpy as np
 
-from bitnet_core.errors import (
-    ProviderError,
-    ShapeError,
-    UnsupportedOperationError,
-)
-from bitnet_core.hal.provider import Availability, RopeStyle
+from bitnet_core.errors import ShapeError, UnsupportedOperationError
+from bitnet_core.hal.provider import RopeStyle
 from bitnet_core.sdk.arrays import row_split
 from bitnet_core.sdk.attention import AttentionShape
 from bitnet_core.sdk.elementwise import ELEMENTWISE_OPS, ElementwiseOps
-from bitnet_core.sdk.provider import DeviceProvider
-from bitnet_core.sdk.runtime import never_raises
+from bitnet_core.sdk.provider import GpuProvider
 
-from . import vkapi
-from ._version import __version__
 from .arrays import SplitTable, VulkanArray, VulkanWeight, padded_cols
-from .context import VulkanContext
-from .devices import ENV_DEVICE
 from .launch import VulkanLaunch, pow2_at_least
 from .memory import VulkanMemory
-from .pipelines import PipelineCache, spirv_modules
-from .stream import CommandStream, pack_push
+from .runtime.session import VulkanRuntime
+from .stream import pack_push
 
 ACT_EPS = 1e-5
 ELEMENTWISE_WG = 256
@@ -43,83 +32,21 @@ ATTENTION_SLOTS = 4  # MAX_SLOTS in attention.comp
 
 
 class VulkanProvider(
+    VulkanRuntime,
     VulkanMemory,
     VulkanLaunch,
     ElementwiseOps,
-    DeviceProvider,
+    GpuProvider,
     family="vulkan",
-    device_kind="gpu",
     priority=40,
-    fakeable=True,
 ):
-    """Ternary BitNet kernels on one Vulkan device."""
-
-    #: KV cache dtypes of kv_store/attention (float16: two elements a uint word)
-    kv_dtypes = ("float32", "float16")
+    """Ternary BitNet kernels on one Vulkan device (float16 KV caches: two elements a word)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._ctx: VulkanContext | None = None
-        self._explicit = True  # constructed directly: the caller asked for this provider
+        VulkanRuntime.__init__(self)
         self._rope_cache: tuple[tuple, VulkanArray, VulkanArray] | None = None
         self._step_values: dict = {}
         self._quant_memo: tuple | None = None  # (x, epoch, xq, xs) of the last linear
-
-    # --- probe and lifetime -----------------------------------------------------
-    @never_raises
-    def probe(self, explicit: bool = False) -> Availability:
-        """Shaders built, loader loads, instance, a device with a compute queue."""
-        try:
-            spirv_modules()
-        except ProviderError as exc:
-            return Availability.no(str(exc), step="kernels")
-        vkapi.load()
-        with self._lock:
-            if self._ctx is None:
-                self._ctx = self._create(explicit, self.trace)
-                self._explicit = explicit
-            ctx = self._ctx
-        info = ctx.info
-        if not explicit and info.is_cpu and not os.environ.get(ENV_DEVICE):
-            return Availability.no(
-                f"only a CPU Vulkan device ({info.describe()}); ask for it with "
-                f"--device vulkan or {ENV_DEVICE}={info.index}",
-            )
-        return Availability.yes(
-            info.describe(),
-            device_kind="cpu" if info.is_cpu else "gpu",
-            **info.details(),
-            integer_dot_product=ctx.use_int_dot,
-            bitnet_vulkan=__version__,
-        )
-
-    @staticmethod
-    def _create(explicit: bool, trace: Any = None) -> VulkanContext:
-        ctx = VulkanContext.create(explicit)
-        try:
-            ctx.pipelines = PipelineCache(ctx)  # type: ignore[attr-defined]
-            ctx.stream = CommandStream(ctx, trace)  # type: ignore[attr-defined]
-        except BaseException:
-            ctx.close()
-            raise
-        return ctx
-
-    @property
-    def context(self) -> VulkanContext:
-        """The device context (created on first use; explicit, as direct use asks for it)."""
-        if self._ctx is None:
-            with self._lock:
-                if self._ctx is None:
-                    self._ctx = self._create(self._explicit, self.trace)
-        return self._ctx
-
-    @property
-    def stream(self) -> CommandStream:
-        return self.context.stream  # type: ignore[attr-defined]
-
-    @property
-    def device_info(self):
-        return self.context.info
 
     def make_runner(self, weights: Any, **opts: Any) -> Any:
         """The fused forward pass with recorded decode steps (``runner.py``); None with
@@ -128,37 +55,11 @@ class VulkanProvider(
 
         return VulkanRunner(self, weights, **opts) if fused_enabled() else None
 
-    def synchronize(self) -> None:
-        """Run everything recorded so far and wait for it."""
-        self.stream.flush()
-
     def close(self) -> None:
         """Release the device (arrays still alive become unusable)."""
-        with self._lock:
-            ctx, self._ctx = self._ctx, None
-            self._rope_cache = None
-            self._step_values = {}
-            self._quant_memo = None
-            if ctx is not None:
-                ctx.stream.close()
-                ctx.pipelines.close()
-                ctx.close()
+        self._rope_cache, self._step_values, self._quant_memo = None, {}, None
+        VulkanRuntime.close(self)
 
-    # --- helpers -------------------------------------------------------------------
-    def _run(
-        self,
-        shader: str,
-        buffers: list[Any],
-        push: bytes,
-        groups: tuple[int, int, int],
-        spec: tuple[int, ...] = (),
-    ) -> None:
-        pipe = self.context.pipelines.get(shader, len(buffers), spec)
-        bufs = [b.buffer if isinstance(b, VulkanArray) else b.buffer for b in buffers]
-        self.stream.dispatch(pipe, bufs, push, groups)
-        self.trace.kernel(shader)
-
-    # --- memory -----------------------------------------------------------------------
     # --- ops ---------------------------------------------------------------------------
     def embedding(self, table: Any, ids: np.ndarray) -> VulkanArray:
         table = self._table(table, "embedding")

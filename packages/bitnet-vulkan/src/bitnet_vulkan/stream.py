@@ -39,9 +39,9 @@ import numpy as np
 from bitnet_core.errors import ProviderError
 from bitnet_core.sdk.pool import size_class
 
-from . import vkapi
-from .context import Buffer, VulkanContext
-from .pipelines import Pipeline
+from .kernels import Pipeline
+from .runtime import vkapi
+from .runtime.context import Buffer, VulkanContext
 
 DESCRIPTOR_SETS = 4096
 MAX_BINDINGS = 8
@@ -432,15 +432,7 @@ class CommandStream:
             self._recorded.move_to_end(key)
             self.stats["replays"] += 1
         else:
-            found = self._command_buffer()
-            try:
-                self._record(found[0][0])
-            except BaseException:
-                self._spare.append(found)
-                self._cmds.clear()
-                raise
-            self._recorded[key] = found
-            self.stats["recorded"] += 1
+            found = self._recorded[key] = self._record_open_step()
         self._cmds.clear()
         self._submit_and_wait(found[1])
         for buf in self._staging_in_use:
@@ -450,6 +442,20 @@ class CommandStream:
         if self._doomed:
             doomed, self._doomed = self._doomed, []
             self._destroy(doomed)
+
+    def _record_open_step(self) -> Any:
+        """A command buffer (and its submit info) holding the open step, whose ops are
+        then cleared; on a failure the buffer goes back to the spares."""
+        found = self._command_buffer()
+        try:
+            self._record(found[0][0])
+        except BaseException:
+            self._spare.append(found)
+            self._cmds.clear()
+            raise
+        self._cmds.clear()
+        self.stats["recorded"] += 1
+        return found
 
     def _submit_and_wait(self, submit: Any) -> None:
         lib, dev = self.lib, self.ctx.device
@@ -469,15 +475,7 @@ class CommandStream:
     # --- programs: steps recorded once and resubmitted by their owner -----------------
     def record_program(self) -> Program:
         """Record the open step into a command buffer of its own (until ``free_program``)."""
-        found = self._command_buffer()
-        try:
-            self._record(found[0][0])
-        except BaseException:
-            self._spare.append(found)
-            self._cmds.clear()
-            raise
-        self._cmds.clear()
-        self.stats["recorded"] += 1
+        found = self._record_open_step()
         return Program(found[0], found[1], self.generation)
 
     def run_program(self, program: Program) -> None:

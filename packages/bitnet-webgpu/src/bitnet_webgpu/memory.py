@@ -3,7 +3,7 @@
 ``GpuArray`` and ``GpuTernary`` are what the provider's ops take and return;
 ``WebGPUMemory`` is the part of ``WebGPUProvider`` that moves data (the
 protocol's memory ops and the helpers the op launches use). It needs
-``self.dev`` (``device.Device``).
+``self.dev`` (``runtime.Device``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from bitnet_core.errors import ShapeError, UnsupportedOperationError
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.sdk.packing import PACKINGS
 
-from .device import BufferRange
+from .runtime import BufferRange
 
 
 @dataclass(eq=False)

@@ -3,7 +3,7 @@
 Arrays live in wgpu storage buffers (``GpuArray``) between ops; ternary weights
 are uploaded once in the 2-bit layout ``matmul_i2s.wgsl`` reads; activations
 are quantized to int8 packed four to a u32. Dispatches are recorded and
-submitted together when the host reads a result (see ``device.py``).
+submitted together when the host reads a result (see ``runtime.py``).
 """
 
 from __future__ import annotations
@@ -14,72 +14,30 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import UnsupportedOperationError
-from bitnet_core.hal.provider import Availability, RopeStyle
+from bitnet_core.hal.provider import RopeStyle
 from bitnet_core.hal.switches import env_enabled
 from bitnet_core.sdk.elementwise import ELEMENTWISE_OPS, ElementwiseOps
-from bitnet_core.sdk.provider import DeviceProvider
-from bitnet_core.sdk.runtime import never_raises
+from bitnet_core.sdk.provider import GpuProvider
 
-from .device import Device, choose_adapter, import_wgpu
 from .memory import GpuArray, GpuTernary, WebGPUMemory
-
-TT = 4  # tokens per workgroup in the matmul shaders
+from .runtime import WebGPURuntime
 
 
 class WebGPUProvider(
-    WebGPUMemory,
-    ElementwiseOps,
-    DeviceProvider,
-    family="webgpu",
-    device_kind="gpu",
-    priority=50,
-    aliases=("wgpu",),
-    fakeable=True,
+    WebGPURuntime, WebGPUMemory, ElementwiseOps, GpuProvider, family="webgpu", priority=50
 ):
-    """Runs BitNet ops through wgpu (Vulkan, Metal or D3D12; lavapipe when asked)."""
+    """Runs BitNet ops through wgpu (Vulkan, Metal or D3D12; lavapipe when asked); float16
+    KV caches hold two halves a u32, read with ``unpack2x16float``."""
 
-    #: KV cache dtypes (float16: two halves per u32, read with unpack2x16float)
-    kv_dtypes = ("float32", "float16")
+    aliases = ("wgpu",)
     #: storage buffers are committed when created: KV caches grow block by block
     commits_on_touch = False
-
-    def __init__(self) -> None:
-        self._dev: Device | None = None
-        self._explicit = False
-
-    # --- probe and device ---------------------------------------------------------
-    @never_raises
-    def probe(self, explicit: bool = False) -> Availability:
-        wgpu = import_wgpu()
-        choice = choose_adapter(explicit)
-        self._explicit = self._explicit or explicit
-        lim = choice.adapter.limits
-        return Availability.yes(
-            choice.description,
-            device_kind="cpu" if choice.is_cpu else "gpu",
-            wgpu=wgpu.__version__,
-            cpu_adapter=choice.is_cpu,
-            max_storage_buffer_binding_size=lim["max-storage-buffer-binding-size"],
-            max_compute_invocations_per_workgroup=lim["max-compute-invocations-per-workgroup"],
-        )
-
-    @property
-    def dev(self) -> Device:
-        if self._dev is None:
-            self._dev = Device(choose_adapter(explicit=True), self.trace)
-        return self._dev
 
     def make_runner(self, weights: Any, **opts: Any) -> Any:
         """The fused decode runner (``runner.py``); None with ``BITNET_WEBGPU_FUSED=0``."""
         from .runner import WebGPURunner
 
         return WebGPURunner(self, weights, **opts) if env_enabled("BITNET_WEBGPU_FUSED") else None
-
-    # --- memory -------------------------------------------------------------------
-    # --- helpers ------------------------------------------------------------------
-    def _rows_grid(self, n: int) -> tuple[int, int]:
-        gx = min(n, self.dev.max_workgroups)
-        return gx, -(-n // gx)
 
     # --- ops ------------------------------------------------------------------------
     def embedding(self, table: GpuArray, ids: np.ndarray) -> GpuArray:
@@ -136,7 +94,7 @@ class WebGPUProvider(
         t = xq.shape[0]
         out = self._new((t, weight.rows))
         if t and weight.rows:
-            groups, defines = self._matmul_groups(weight.rows, t)
+            groups, defines = self.dev.matmul_grid(weight.rows, t)
             params = np.array(
                 [weight.rows, weight.kw16, t, xq.row_words, groups[0], 0, 0, 0], dtype=np.uint32
             )
@@ -145,14 +103,6 @@ class WebGPUProvider(
                 defines |= {"DOT4"}
             self.dev.dispatch("matmul_i2s", params, bufs, groups, defines)
         return out
-
-    def _matmul_groups(self, n: int, t: int) -> tuple[tuple[int, int, int], frozenset[str]]:
-        """Grid of a matmul over ``n`` output rows: a row per invocation or per workgroup."""
-        if self.dev.rows_layout:
-            gx, gz = self._rows_grid(-(-n // 64))
-            return (gx, 1, gz), frozenset({"ROWS"})
-        gx, gz = self._rows_grid(n)
-        return (gx, -(-t // TT), gz), frozenset()
 
     def linear(self, x: Any, weight: GpuTernary) -> GpuArray:
         xq, xs = self.quantize_act(x)
@@ -188,7 +138,7 @@ class WebGPUProvider(
         kw = table.row_words if f16 else k
         out = []
         for row0, rows, binding in self.table_ranges(table):
-            groups, defines = self._matmul_groups(rows, t)
+            groups, defines = self.dev.matmul_grid(rows, t)
             params = np.array([rows, k, t, kw, f16, groups[0], row0, n], dtype=np.uint32)
             out.append((params, binding, groups, defines))
         return out
@@ -224,8 +174,7 @@ class WebGPUProvider(
             params = np.array([start * row, t * row, 0, 0], dtype=np.uint32)
             words = (start * row + t * row - 1) // 2 - start * row // 2 + 1
             groups = -(-words // 64)
-            gx = min(groups, self.dev.max_workgroups)
-            grid = (gx, -(-groups // gx), 1)
+            grid = (*self.dev.grid(groups), 1)
             self.dev.dispatch("kv_store_f16", params, [x.buffer, cache.buffer], grid)
         else:
             self.dev.copy(x.buffer, 0, cache.buffer, start * row * 4, t * row * 4)
@@ -259,9 +208,7 @@ class WebGPUProvider(
         n = a.size
         if n:
             groups = -(-n // 256)
-            gx = min(groups, self.dev.max_workgroups)
             params = np.array([n, ELEMENTWISE_OPS[op], 0, 0], dtype=np.uint32)
-            self.dev.dispatch(
-                "elementwise", params, [a.buffer, bb.buffer, out.buffer], (gx, -(-groups // gx), 1)
-            )
+            bufs = [a.buffer, bb.buffer, out.buffer]
+            self.dev.dispatch("elementwise", params, bufs, (*self.dev.grid(groups), 1))
         return out

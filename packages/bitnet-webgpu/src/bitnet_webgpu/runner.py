@@ -42,9 +42,9 @@ from bitnet_core.model.kv_cache import Sequence
 from bitnet_core.model.runner import GenericRunner
 from bitnet_core.sdk.fused import fused_layers
 
-from .device import Device, _entry, _raw
 from .memory import GpuArray, GpuTernary
 from .provider import WebGPUProvider
+from .runtime import Device, _entry, _raw
 
 MAX_D = 256  # attn_split keeps 4 output values an invocation: head_dim <= 4 * 64
 MAX_SPLITS = 64
@@ -396,7 +396,7 @@ class WebGPURunner(GenericRunner):
             pb.add("rmsnorm_quant", params, [x, g.buffer, *out], (1, 1, 1))
 
         def matmul(w: Any, xin: tuple[Any, Any, Any], k: int, y: Any, add: bool) -> None:
-            groups, defines = p._matmul_groups(w.rows, 1)
+            groups, defines = p.dev.matmul_grid(w.rows, 1)
             if dev.dot4:
                 defines |= {"DOT4"}
             if add:

@@ -16,7 +16,7 @@ How a backend is put together (copy this shape):
 - ``DeviceProvider`` checks every op's arguments before the op runs
   (``bitnet_core.sdk.checks``): an op's body does not repeat them.
 
-Accelerated (C++, ``csrc/kernels.cpp``): ``matmul_i2s``. Every compute op the
+Accelerated (C++, ``csrc/kernels.cpp``, loaded by ``kernels.py``): ``matmul_i2s``. Every compute op the
 class does not define runs on the HOST (the numpy reference), placed there by
 the registry with the copies around it (``bitnet_core.hal.placement``); the
 receipt's ``provider.host_ops`` and ``bitnet devices --verbose`` list them.
@@ -33,6 +33,7 @@ import numpy as np
 from bitnet_core.hal.provider import Availability
 from bitnet_core.sdk.provider import DeviceProvider
 
+from . import kernels
 from .memory import TemplateMemory, TemplateWeight
 from .runtime import probe as _probe
 
@@ -51,9 +52,7 @@ class TemplateProvider(TemplateMemory, DeviceProvider):
 
     # --- the C++ kernels ---------------------------------------------------------
     def matmul_i2s(self, xq: Any, xscale: Any, weight: TemplateWeight) -> np.ndarray:
-        from . import _kernels
-
-        return _kernels.matmul_i2s(
+        return kernels.load().matmul_i2s(
             np.asarray(xq, dtype=np.int8),
             np.asarray(xscale, dtype=np.float32).reshape(-1),
             weight.packed,

@@ -12,11 +12,13 @@ import platform
 
 from bitnet_core.hal.provider import Availability
 
+from . import kernels
+
 
 def probe(explicit: bool = False) -> Availability:
     """``Availability.yes(device)`` when the native kernels load, else ``no(reason)``."""
     try:
-        from . import _kernels  # noqa: F401  (the compiled pybind11 module)
+        kernels.load()
     except ImportError as exc:  # a broken or missing build: say why, do not raise
         return Availability.no(f"native kernels not importable: {exc}")
     return Availability.yes(f"host CPU ({platform.machine() or 'unknown'}), C++ example kernels")

@@ -8,7 +8,8 @@ the provider that named no kernel in ``self.trace`` is recorded there under
 the op's name (the ops it calls itself are part of it): the receipt's
 ``kernels`` are what ran, whether or not the backend names its own. The
 class attributes a plugin describes itself with (``hal.provider.KernelProvider``)
-get their defaults here.
+get their defaults here; ``GpuProvider`` adds what every GPU backend says the
+same way, so a backend's class header states only what differs.
 """
 
 from __future__ import annotations
@@ -97,3 +98,12 @@ class DeviceProvider:
         if trace is None:
             trace = self.__dict__["_launch_trace"] = LaunchTrace()
         return trace
+
+
+class GpuProvider(DeviceProvider):
+    """Defaults of a GPU backend: a GPU device, fakeable (``BITNET_GPU_FAKE``), float32
+    and float16 KV caches (``--kv-type f16``)."""
+
+    device_kind: ClassVar[str] = "gpu"
+    fakeable: ClassVar[bool] = True
+    kv_dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16")

@@ -229,29 +229,27 @@ class VulkanContext:
             self.instance = None
 
 
-def _want_int_dot(info: devices.DeviceInfo) -> bool:
-    """Integer dot products: ``BITNET_VULKAN_INT_DOT`` = 1/0 forces, else where accelerated."""
-    env = os.environ.get(ENV_INT_DOT, "").strip().lower()
+def _switch(name: str, supported: bool, missing: str, default: bool) -> bool:
+    """``name`` = 1/0 forces a feature on (``ProviderError``: ``missing``, where the
+    device lacks it) or off; unset, ``default``."""
+    env = os.environ.get(name, "").strip().lower()
     if env in ("1", "true", "yes", "on"):
-        if not info.int_dot:
-            raise ProviderError(
-                f"{ENV_INT_DOT}=1 but {info.name} does not support shaderIntegerDotProduct"
-            )
+        if not supported:
+            raise ProviderError(f"{name}=1 but {missing}")
         return True
     if env in ("0", "false", "no", "off"):
         return False
-    return info.int_dot_accelerated
+    return default
+
+
+def _want_int_dot(info: devices.DeviceInfo) -> bool:
+    """Integer dot products: ``BITNET_VULKAN_INT_DOT`` = 1/0 forces, else where accelerated."""
+    missing = f"{info.name} does not support shaderIntegerDotProduct"
+    return _switch(ENV_INT_DOT, info.int_dot, missing, info.int_dot_accelerated)
 
 
 def _want_subgroup(info: devices.DeviceInfo) -> bool:
     """Subgroup-reduced matmuls: ``BITNET_VULKAN_SUBGROUP`` = 1/0 forces, else where supported."""
-    env = os.environ.get(ENV_SUBGROUP, "").strip().lower()
-    if env in ("1", "true", "yes", "on"):
-        if not info.subgroup_arithmetic:
-            raise ProviderError(
-                f"{ENV_SUBGROUP}=1 but {info.name} has no subgroup arithmetic in compute shaders"
-            )
-        return True
-    if env in ("0", "false", "no", "off"):
-        return False
-    return info.subgroup_arithmetic and info.subgroup_size >= 4
+    missing = f"{info.name} has no subgroup arithmetic in compute shaders"
+    default = info.subgroup_arithmetic and info.subgroup_size >= 4
+    return _switch(ENV_SUBGROUP, info.subgroup_arithmetic, missing, default)

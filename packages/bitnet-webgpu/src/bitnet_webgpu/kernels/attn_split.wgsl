@@ -6,17 +6,7 @@
 struct Params { hq: u32, hkv: u32, d: u32, splits: u32, scale: f32, p0: u32, p1: u32, p2: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
-#ifdef F16
-@group(0) @binding(2) var<storage, read> kc: array<u32>;
-@group(0) @binding(3) var<storage, read> vc: array<u32>;
-fn kval(i: u32) -> f32 { let w = unpack2x16float(kc[i / 2u]); return select(w.x, w.y, (i & 1u) == 1u); }
-fn vval(i: u32) -> f32 { let w = unpack2x16float(vc[i / 2u]); return select(w.x, w.y, (i & 1u) == 1u); }
-#else
-@group(0) @binding(2) var<storage, read> kc: array<f32>;
-@group(0) @binding(3) var<storage, read> vc: array<f32>;
-fn kval(i: u32) -> f32 { return kc[i]; }
-fn vval(i: u32) -> f32 { return vc[i]; }
-#endif
+#include kv_cache
 @group(0) @binding(4) var<storage, read> inp: array<u32>;  // token, position, length
 @group(0) @binding(5) var<storage, read_write> part_m: array<f32>;
 @group(0) @binding(6) var<storage, read_write> part_l: array<f32>;

@@ -148,21 +148,25 @@ def query(instance: Any) -> list[DeviceInfo]:
     return out
 
 
+def _chained(vk: Any, pd: Any, kind: str, struct: str, stype: str) -> Any:
+    """A ``VkPhysicalDevice<struct>*`` filled by ``vkGetPhysicalDevice<kind>2`` through the
+    pNext chain of a ``VkPhysicalDevice<kind>2`` (``stype``: its ``VK_STRUCTURE_TYPE_`` tail)."""
+    ffi = vk.ffi
+    inner = ffi.new(
+        f"VkPhysicalDevice{struct}*",
+        {"sType": getattr(vk, f"VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_{stype}")},
+    )
+    outer_type = getattr(vk, f"VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_{kind.upper()}_2")
+    outer = ffi.new(f"VkPhysicalDevice{kind}2*", {"sType": outer_type, "pNext": inner})
+    getattr(vk.lib, f"vkGetPhysicalDevice{kind}2")(pd, outer)
+    return inner  # the owning pointer (its fields read through it)
+
+
 def _subgroups(vk: Any, pd: Any, api: tuple[int, int, int]) -> tuple[int, bool]:
     """(subgroup size, arithmetic subgroup operations available in compute shaders)."""
     if api < (1, 1, 0):
         return 0, False
-    ffi, lib = vk.ffi, vk.lib
-    sub = ffi.new(
-        "VkPhysicalDeviceSubgroupProperties*",
-        {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES},
-    )
-    p2 = ffi.new(
-        "VkPhysicalDeviceProperties2*",
-        {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, "pNext": sub},
-    )
-    lib.vkGetPhysicalDeviceProperties2(pd, p2)
-    s = sub[0]
+    s = _chained(vk, pd, "Properties", "SubgroupProperties", "SUBGROUP_PROPERTIES")
     arith = bool(
         s.supportedStages & vk.VK_SHADER_STAGE_COMPUTE_BIT
         and s.supportedOperations & vk.VK_SUBGROUP_FEATURE_ARITHMETIC_BIT
@@ -173,7 +177,7 @@ def _subgroups(vk: Any, pd: Any, api: tuple[int, int, int]) -> tuple[int, bool]:
 
 def _integer_dot(vk: Any, pd: Any, api: tuple[int, int, int]) -> tuple[bool, bool]:
     """(shaderIntegerDotProduct available, packed signed 4x8 dot accelerated)."""
-    ffi, lib = vk.ffi, vk.lib
+    ffi = vk.ffi
     exts = {
         e.extensionName
         if isinstance(e.extensionName, str)
@@ -184,27 +188,16 @@ def _integer_dot(vk: Any, pd: Any, api: tuple[int, int, int]) -> tuple[bool, boo
         return False, False
     if api < (1, 1, 0):
         return False, False
-    feat = ffi.new(
-        "VkPhysicalDeviceShaderIntegerDotProductFeatures*",
-        {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES},
+    feat = _chained(
+        vk, pd, "Features", "ShaderIntegerDotProductFeatures", "SHADER_INTEGER_DOT_PRODUCT_FEATURES"
     )
-    f2 = ffi.new(
-        "VkPhysicalDeviceFeatures2*",
-        {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, "pNext": feat},
-    )
-    lib.vkGetPhysicalDeviceFeatures2(pd, f2)
-    prop = ffi.new(
-        "VkPhysicalDeviceShaderIntegerDotProductProperties*",
-        {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_PROPERTIES},
-    )
-    p2 = ffi.new(
-        "VkPhysicalDeviceProperties2*",
-        {"sType": vk.VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, "pNext": prop},
-    )
-    lib.vkGetPhysicalDeviceProperties2(pd, p2)
-    ok = bool(feat[0].shaderIntegerDotProduct)
+    prop = _chained(
+        vk, pd, "Properties", "ShaderIntegerDotProductProperties",
+        "SHADER_INTEGER_DOT_PRODUCT_PROPERTIES",
+    )  # fmt: skip
+    ok = bool(feat.shaderIntegerDotProduct)
     fast = bool(
-        prop[0].integerDotProduct4x8BitPackedSignedAccelerated
-        or prop[0].integerDotProduct4x8BitPackedMixedSignednessAccelerated
+        prop.integerDotProduct4x8BitPackedSignedAccelerated
+        or prop.integerDotProduct4x8BitPackedMixedSignednessAccelerated
     )
     return ok, ok and fast

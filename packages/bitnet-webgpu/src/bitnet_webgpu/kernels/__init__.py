@@ -1,4 +1,5 @@
-"""The WGSL shaders shipped with bitnet-webgpu, and their tiny preprocessor.
+"""The kernels of the ``webgpu`` backend: the WGSL shaders beside this module, and their
+tiny preprocessor.
 
 Importable without bitnet-core, so the build-time shader check can use it.
 
@@ -7,7 +8,8 @@ WGSL has no preprocessor; our shaders use ``#ifdef NAME`` / ``#else`` /
 else plain integer math; ``ROWS``: one invocation per output row, for
 CPU-like adapters, else one workgroup per row; ``ADD``: add into the output;
 ``F16``: a float16 KV cache), resolved before compiling, and ``#include NAME``
-lines, replaced by ``shaders/NAME.wgsl`` (shared helpers without ``#ifdef``).
+lines, replaced by ``NAME.wgsl`` from here before the conditionals are
+resolved (shared helpers: ``row_quant``, ``kv_cache``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-SHADER_DIR = Path(__file__).parent / "shaders"
+SHADER_DIR = Path(__file__).parent
 
 SHADER_NAMES = (
     "quantize_act",
@@ -39,7 +41,7 @@ SHADER_NAMES = (
 
 @cache
 def shader_source(name: str) -> str:
-    """The raw text of ``shaders/<name>.wgsl``."""
+    """The raw text of ``<name>.wgsl``."""
     try:
         return (SHADER_DIR / f"{name}.wgsl").read_text()
     except FileNotFoundError as exc:
@@ -50,15 +52,23 @@ def shader_source(name: str) -> str:
         ) from exc
 
 
+def expand_includes(source: str) -> str:
+    """``source`` with each ``#include NAME`` line replaced by ``NAME.wgsl`` (one level)."""
+    return "\n".join(
+        shader_source(line.split()[1]).rstrip("\n")
+        if line.strip().startswith("#include ")
+        else line
+        for line in source.splitlines()
+    )
+
+
 def preprocess(source: str, defines: frozenset[str] = frozenset()) -> str:
-    """Resolve ``#include`` and ``#ifdef``/``#else``/``#endif`` lines (no nesting allowed)."""
+    """Resolve ``#include``, then ``#ifdef``/``#else``/``#endif`` lines (no nesting allowed)."""
     out: list[str] = []
     active: bool | None = None  # None: outside a conditional
-    for line in source.splitlines():
+    for line in expand_includes(source).splitlines():
         stripped = line.strip()
-        if stripped.startswith("#include ") and (active is None or active):
-            out.append(shader_source(stripped.split()[1]))
-        elif stripped.startswith("#ifdef "):
+        if stripped.startswith("#ifdef "):
             if active is not None:
                 raise ValueError("nested #ifdef in a WGSL shader")
             active = stripped.split()[1] in defines
@@ -73,7 +83,8 @@ def preprocess(source: str, defines: frozenset[str] = frozenset()) -> str:
 
 def variants(name: str) -> list[frozenset[str]]:
     """Every define set a shader can be compiled with (for the build-time check)."""
-    names = sorted(set(re.findall(r"^\s*#ifdef\s+(\w+)", shader_source(name), re.M)))
+    source = expand_includes(shader_source(name))
+    names = sorted(set(re.findall(r"^\s*#ifdef\s+(\w+)", source, re.M)))
     return [
         frozenset(combo)
         for r in range(len(names) + 1)

@@ -9,9 +9,9 @@ from typing import Any
 from bitnet_core.errors import BitnetError, ConfigError, ProviderError
 from bitnet_core.hal.switches import env_int
 
-from .buffers import DEFAULT_POOL_LIMIT, BufferPool
-from .device import DeviceInfo, import_pyopencl
-from .program import Features, build_program, detect_features
+from ..buffers import DEFAULT_POOL_LIMIT, BufferPool
+from ..kernels import Features, build_program, detect_features
+from .devices import DeviceInfo, import_pyopencl
 
 ENV_POOL_MB = "BITNET_OPENCL_POOL_MB"
 ENV_GEMV = "BITNET_OPENCL_GEMV"

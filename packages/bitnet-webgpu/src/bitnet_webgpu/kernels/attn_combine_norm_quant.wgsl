@@ -12,7 +12,7 @@ struct Params { hq: u32, d: u32, splits: u32, kw: u32, eps: f32, p0: u32, p1: u3
 
 #include row_quant
 
-fn value(e: u32) -> f32 {
+fn value(t: u32, e: u32) -> f32 {  // one row: t is 0
     let h = e / p.d;
     let i = e % p.d;
     let first = h * p.splits;
@@ -30,29 +30,5 @@ fn value(e: u32) -> f32 {
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) tid: u32) {
-    let k = p.hq * p.d;
-    var ss = 0.0;
-    for (var i = tid; i < k; i += WG) { let v = value(i); ss += v * v; }
-    let inv = inverseSqrt(reduce_sum(tid, ss) / f32(k) + p.eps);
-    var m = 0.0;
-    for (var i = tid; i < k; i += WG) { m = max(m, abs(value(i) * inv * g[i])); }
-    let sc = 127.0 / max(reduce_max(tid, m), 1e-5);
-    var acc = 0;
-    for (var w = tid; w < p.kw; w += WG) {
-        var word = 0u;
-        for (var b = 0u; b < 4u; b++) {
-            let i = w * 4u + b;
-            if (i < k) {
-                let q = q8(value(i) * inv * g[i], sc);
-                acc += q;
-                word |= (u32(q) & 0xffu) << (8u * b);
-            }
-        }
-        xq[w] = word;
-    }
-    let total = reduce_isum(tid, acc);
-    if (tid == 0u) {
-        scale[0] = sc;
-        xsum[0] = total;
-    }
+    norm_quant_row(tid, 0u, p.hq * p.d, p.kw, p.eps);
 }

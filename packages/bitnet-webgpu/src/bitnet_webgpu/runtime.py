@@ -1,4 +1,6 @@
-"""The WebGPU device layer over ``wgpu``: adapter choice, limits, pipelines, recording.
+"""The runtime role of the ``webgpu`` backend over ``wgpu``: adapter choice, limits,
+pipelines, recording, launch grids; ``WebGPURuntime``, the provider's part of it (the
+probe, the device made on first use).
 
 Ops do not submit one by one: each dispatch is recorded into the current
 command encoder (one compute pass, until a copy or the submission ends it)
@@ -28,12 +30,13 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import DeviceUnavailableError, ProviderError
+from bitnet_core.hal.provider import Availability
 from bitnet_core.hal.switches import env_enabled
 from bitnet_core.sdk.pool import FreeLists
-from bitnet_core.sdk.runtime import device_choice, device_variable, import_runtime
+from bitnet_core.sdk.runtime import device_choice, device_variable, import_runtime, never_raises
 from bitnet_core.sdk.trace import LaunchTrace
 
-from .shaders import preprocess, shader_source
+from .kernels import preprocess, shader_source
 
 ENV_DEVICE = device_variable("webgpu")
 
@@ -42,6 +45,7 @@ PARAM_SLOTS = 2048
 POOL_MAX_CACHED_BYTES = 256 << 20  # freed buffers kept for reuse, in all
 POOL_MAX_BUFFER_BYTES = 32 << 20  # a larger freed buffer (an old KV cache) is released
 STAGE_BYTES = 1 << 20  # host data of one submission (token ids, positions), copied in order
+TT = 4  # tokens per workgroup in the matmul shaders
 STAGE_MAX_UPLOAD = 64 << 10  # larger uploads (weights) get a fresh buffer written directly
 BIND_GROUP_CACHE = 8192  # bind groups kept (LRU); a decode step of a 30-layer model uses ~600
 
@@ -244,6 +248,20 @@ class Device:
             return False
         return True
 
+    # --- launch grids -----------------------------------------------------
+    def grid(self, n: int) -> tuple[int, int]:
+        """``n`` workgroups as (x, z) within the per-dimension limit."""
+        gx = min(n, self.max_workgroups)
+        return gx, -(-n // gx)
+
+    def matmul_grid(self, n: int, t: int) -> tuple[tuple[int, int, int], frozenset[str]]:
+        """Grid of a matmul over ``n`` output rows: a row per invocation or per workgroup."""
+        if self.rows_layout:
+            gx, gz = self.grid(-(-n // 64))
+            return (gx, 1, gz), frozenset({"ROWS"})
+        gx, gz = self.grid(n)
+        return (gx, -(-t // TT), gz), frozenset()
+
     # --- buffers -----------------------------------------------------------
     def check_size(self, nbytes: int, what: str, bound_whole: bool = True) -> None:
         """A buffer bound whole must fit one binding; one bound in ranges, one buffer."""
@@ -395,3 +413,32 @@ class Device:
             self._staged = 0
         self.submissions += 1
         self.trace.submit()
+
+
+class WebGPURuntime:
+    """The provider's device: its adapter found by ``probe``, opened by ``dev`` on first use."""
+
+    def __init__(self) -> None:
+        self._dev: Device | None = None
+        self._explicit = False
+
+    @never_raises
+    def probe(self, explicit: bool = False) -> Availability:
+        wgpu = import_wgpu()
+        choice = choose_adapter(explicit)
+        self._explicit = self._explicit or explicit
+        lim = choice.adapter.limits
+        return Availability.yes(
+            choice.description,
+            device_kind="cpu" if choice.is_cpu else "gpu",
+            wgpu=wgpu.__version__,
+            cpu_adapter=choice.is_cpu,
+            max_storage_buffer_binding_size=lim["max-storage-buffer-binding-size"],
+            max_compute_invocations_per_workgroup=lim["max-compute-invocations-per-workgroup"],
+        )
+
+    @property
+    def dev(self) -> Device:
+        if self._dev is None:
+            self._dev = Device(choose_adapter(explicit=True), self.trace)  # type: ignore[attr-defined]
+        return self._dev

@@ -1,6 +1,6 @@
 """Building the OpenCL C kernels for one device, with options from its features.
 
-The ``.cl`` files under ``kernels/`` ship as package data; ``common.clh`` is
+The ``.cl`` files beside this module ship as package data; ``common.clh`` is
 prepended to them and the whole is built as one program per context. The
 build options come from the device: ``USE_FP64`` (``cl_khr_fp64``),
 ``USE_SUBGROUPS`` (``cl_khr_subgroups`` or ``cl_intel_subgroups``),
@@ -17,11 +17,12 @@ import os
 import warnings
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bitnet_core.errors import ConfigError, ProviderError
 
-from .device import DeviceInfo
+if TYPE_CHECKING:
+    from ..runtime.devices import DeviceInfo
 
 #: The kernel sources, in build order, after the shared preamble.
 KERNEL_FILES = (
@@ -141,7 +142,7 @@ def detect_features(cl: Any, dev: Any, info: DeviceInfo) -> Features:
 
 def kernel_source() -> str:
     """The preamble and every kernel file, as one OpenCL C source."""
-    pkg = resources.files("bitnet_opencl") / "kernels"
+    pkg = resources.files(__name__)
     parts = [(pkg / PREAMBLE).read_text(encoding="utf-8")]
     for name in KERNEL_FILES:
         parts.append(f"/* ---- {name} ---- */\n" + (pkg / name).read_text(encoding="utf-8"))

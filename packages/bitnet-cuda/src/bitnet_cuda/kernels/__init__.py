@@ -1,8 +1,8 @@
-"""Loading the CUDA kernels: the fatbin built by nvcc at wheel-build time, else NVRTC.
+"""The kernels of the ``cuda`` backend: the fatbin built by nvcc at wheel-build time, else NVRTC.
 
-``kernels/bitnet_kernels.fatbin`` (sm_75..sm_90 SASS + compute_90 PTX) ships
+``bitnet_kernels.fatbin`` beside this module (sm_75..sm_90 SASS + compute_90 PTX) ships
 in wheels built where nvcc was present. Where it is absent, or has no code
-for this GPU, CuPy compiles ``kernels/bitnet_kernels.cu`` with NVRTC at run
+for this GPU, CuPy compiles ``bitnet_kernels.cu`` (here) with NVRTC at run
 time (seed 002: compile everywhere).
 """
 

@@ -1,4 +1,5 @@
-"""Compute pipelines, built once per (shader, specialization constants) and cached.
+"""The kernels of the ``vulkan`` backend: the SPIR-V the build compiled from ``shaders/``,
+and its compute pipelines, built once per (shader, specialization constants) and cached.
 
 Every shader takes its arrays as storage buffers at bindings 0..n-1 of set 0
 and its sizes as push constants (at most 128 bytes, the guaranteed minimum).
@@ -14,7 +15,7 @@ from typing import Any
 
 from bitnet_core.errors import ProviderError
 
-from . import vkapi
+from .runtime import vkapi
 
 PUSH_CONSTANT_BYTES = 128
 
