@@ -9,17 +9,57 @@ sequence (``backend.forward``), the same number of ``forward_batch`` steps of
 tokens in one sequence (the same matmul shape as the batched step, without
 per-sequence attention). Prints per-token costs and the aggregate decode
 speed-up, as JSON (medians over rounds, and every round).
+
+Against the machine (``machine_probe.py``'s int8 peak, the same threads,
+after every round; ``--no-probe`` skips it): the step's ternary matmuls are
+``streams`` x the model's int8 multiply-accumulates a token, so at the peak
+(``pmaddubsw`` on AVX2) they take at least ``gemm_floor_ms``.
+``ratio_ceiling`` = ``streams`` x the decode step / that floor is the most
+``batch_vs_decode`` could be with the GEMM at the peak and the head,
+attention and the rest of the step free; ``batch_gemm_frac_of_peak`` is
+the whole step's MAC rate as a fraction of the peak (a lower bound on the
+GEMM's own).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine_probe  # noqa: E402
+
+
+def int8_macs_per_token(model) -> int:
+    """Multiply-accumulates of the ternary matmuls for one token (every layer's q, k, v, o,
+    gate, up, down: rows x columns)."""
+    names = ("q", "k", "v", "o", "gate", "up", "down")
+    return sum(
+        int(getattr(layer, n).rows) * int(getattr(layer, n).cols)
+        for layer in model.runner.weights.layers
+        for n in names
+    )
+
+
+def against_peak(r: dict, streams: int, macs: int, peak_gmacs: float) -> dict:
+    """The round's step against the int8 peak (see the module docstring)."""
+    floor = streams * macs / (peak_gmacs * 1e9)
+    decode, batch = 1 / r["decode_tok_s"], streams / r["batch_aggregate_tok_s"]
+    return {
+        "int8_peak_gmacs": peak_gmacs,
+        "decode_step_ms": decode * 1e3,
+        "batch_step_ms": batch * 1e3,
+        "gemm_floor_ms": floor * 1e3,
+        "ratio_ceiling": streams * decode / floor,
+        "batch_gemm_frac_of_peak": floor / batch,
+    }
 
 
 def one_round(model, streams: int, steps: int, context: int) -> dict:
@@ -64,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=32, help="tokens each sequence holds first")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--no-probe", action="store_true", help="skip the int8 peak probe")
     args = ap.parse_args(argv)
     import bitnet_core
 
@@ -71,9 +112,27 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(model.provider, "set_threads"):
         model.provider.set_threads(args.threads)
     one_round(model, args.streams, 2, args.context)  # warm up
-    rounds = [one_round(model, args.streams, args.steps, args.context) for _ in range(args.rounds)]
-    median = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-    out = {"provider": model.provider.name, "streams": args.streams, "threads": args.threads}
+    macs = int8_macs_per_token(model)
+    rounds = []
+    for _ in range(args.rounds):
+        r = one_round(model, args.streams, args.steps, args.context)
+        if not args.no_probe:
+            try:
+                peak = machine_probe.int8_peak(args.threads)
+            except machine_probe.ProbeError as exc:
+                print(f"int8 peak not measured: {exc}", file=sys.stderr)
+                peak = {}
+            if "gmacs" in peak:
+                r.update(against_peak(r, args.streams, macs, float(peak["gmacs"])))
+        r["load_average"] = os.getloadavg()[0]
+        rounds.append(r)
+    median = {k: statistics.median(r[k] for r in rounds) for k in rounds[0] if k in rounds[-1]}
+    out = {
+        "provider": model.provider.name,
+        "streams": args.streams,
+        "threads": args.threads,
+        "int8_macs_per_token": macs,
+    }
     print(json.dumps({**out, "median": median, "rounds": rounds}, indent=2))
     return 0
 

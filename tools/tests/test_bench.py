@@ -166,3 +166,51 @@ def test_layout_parity_small_run(tmp_path):
         assert len(m["exact_tokens"]) == 3
         assert m["tq1_160"]["equal_tokens"] and m["tq1_160"]["max_rel_logit_diff"] == 0.0
         assert 0.0 < m["int8_head"]["max_rel_logit_diff"] < 0.05
+
+
+def test_batched_step_small_run(capsys, tmp_path):
+    """The batched step against decode and prefill, and against the int8 peak: the MACs a
+    token, the GEMM floor and the ratio ceiling follow from the round's own figures."""
+    from bitnet_core.config import BitNetConfig
+    from bitnet_core.model import random_model_file
+    from bitnet_core.testing.model import FILE_CONFIG
+
+    bench = load_script("batched_step")
+    cfg = BitNetConfig(**FILE_CONFIG)
+    model = random_model_file(tmp_path / "tiny.gguf", cfg, seed=3, ternary_type="tq2_0")
+    argv = [
+        "--model",
+        str(model),
+        "--threads",
+        "1",
+        "--streams",
+        "3",
+        "--steps",
+        "2",
+        "--context",
+        "4",
+    ]
+    assert bench.main([*argv, "--rounds", "2"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    macs = (
+        cfg.num_layers
+        * cfg.hidden_size
+        * (
+            (2 * cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim  # q, k, v, o
+            + 3 * cfg.intermediate_size  # gate, up, down
+        )
+    )
+    assert report["int8_macs_per_token"] == macs and report["streams"] == 3
+    assert len(report["rounds"]) == 2
+    for r in report["rounds"]:
+        assert r["int8_peak_gmacs"] > 0 and r["load_average"] >= 0
+        floor = 3 * macs / (r["int8_peak_gmacs"] * 1e9)
+        assert r["gemm_floor_ms"] == pytest.approx(floor * 1e3)
+        assert r["decode_step_ms"] == pytest.approx(1e3 / r["decode_tok_s"])
+        assert r["batch_step_ms"] == pytest.approx(3e3 / r["batch_aggregate_tok_s"])
+        assert r["ratio_ceiling"] == pytest.approx(3 * r["decode_step_ms"] / 1e3 / floor)
+        assert r["batch_gemm_frac_of_peak"] == pytest.approx(floor * 1e3 / r["batch_step_ms"])
+        assert r["batch_vs_decode"] == pytest.approx(r["batch_aggregate_tok_s"] / r["decode_tok_s"])
+    assert bench.main([*argv, "--rounds", "1", "--no-probe"]) == 0
+    (plain,) = json.loads(capsys.readouterr().out)["rounds"]
+    assert "ratio_ceiling" not in plain and plain["batch_aggregate_tok_s"] > 0

@@ -88,7 +88,18 @@ def _tq2_weight(rng, n: int, k: int) -> TernaryWeight:
 
 
 @pytest.mark.parametrize(
-    "shape", [(1, 256, 1), (3, 512, 7), (1, 1536, 33), (6, 768, 130), (11, 4352, 9)], ids=str
+    "shape",
+    [
+        (1, 256, 1),
+        (3, 512, 7),
+        (1, 1536, 33),
+        (6, 768, 130),
+        (11, 4352, 9),
+        (8, 1536, 37),  # a batched decode step of 8 sequences: one 8-token tile, odd rows
+        (9, 4352, 67),  # 8 + 1 tokens, two int16 panels, a 64-row group and 3 rows more
+        (16, 2048, 65),
+    ],
+    ids=str,
 )
 def test_tq2_0_used_in_place(prov, shape):
     t, k, n = shape
@@ -103,6 +114,19 @@ def test_tq2_0_used_in_place(prov, shape):
     xq, xs = REF.quantize_act(x)
     np.testing.assert_array_equal(prov.matmul_i2s(xq, xs, nat_w), REF.matmul_i2s(xq, xs, ref_w))
     np.testing.assert_array_equal(prov.linear(x, nat_w), REF.linear(x, ref_w))
+
+
+@pytest.mark.parametrize("k", [256, 1536, 4352])
+def test_tq2_0_rows_do_not_depend_on_batch(prov, k):
+    """A token's outputs are the same bits whether it goes alone (the decode GEMV) or
+    with 1 to 16 others (the 8-token tiles and the 4/3/2/1-token rest): what a batched
+    server step needs of the ternary matmuls on the file's TQ2_0 bytes."""
+    rng = np.random.default_rng(k + 1)
+    nat_w = prov.load_ternary(_tq2_weight(rng, 67, k))
+    x = _act(rng, 17, k)
+    alone = np.concatenate([prov.linear(x[t : t + 1], nat_w) for t in range(17)])
+    for t in (2, 3, 5, 8, 9, 16, 17):
+        np.testing.assert_array_equal(prov.linear(x[:t], nat_w), alone[:t])
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -178,15 +202,16 @@ def test_matmul_dense(prov, shape, dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
-@pytest.mark.parametrize("k", [5, 40, 100, 1536])
+@pytest.mark.parametrize("k", [5, 40, 100, 1000, 1536])
 def test_matmul_dense_rows_do_not_depend_on_batch(prov, k, dtype):
     """A row's logits are the same bits whether it goes alone (decode) or with other rows
-    (prefill, a batched server step): every float head kernel sums a row in one order."""
+    (prefill, a batched server step of up to 17 sequences): every float head kernel sums
+    a row in one order (k = 1000: columns past the last 32 and the last 8)."""
     rng = np.random.default_rng(k)
     table = prov.to_device(rng.standard_normal((37, k)).astype(dtype))
-    x = rng.standard_normal((8, k)).astype(np.float32)
-    alone = np.concatenate([prov.matmul_dense(x[t : t + 1], table) for t in range(8)])
-    for t in (2, 3, 5, 8):
+    x = rng.standard_normal((17, k)).astype(np.float32)
+    alone = np.concatenate([prov.matmul_dense(x[t : t + 1], table) for t in range(17)])
+    for t in (2, 3, 5, 8, 9, 16, 17):
         np.testing.assert_array_equal(prov.matmul_dense(x[:t], table), alone[:t])
 
 

@@ -251,6 +251,38 @@ def test_forward_batch_equals_forward(prov_args, config_name, kv_dtype):
         assert [s.length for s in seqs[name]] == [s.length for s in seqs["solo"]] == [10, 9, 8, 10]
 
 
+def test_forward_batch_of_nine_decode_tokens_equals_forward(prov_args):
+    """A server step at --parallel 9: nine sequences at nine positions, one token each
+    (the 8-token GEMM tile plus one, a 9-row head, nine decode attentions in one job),
+    gives each sequence its own forward's logits bit for bit, step after step."""
+    weights = random_weights(BitNetConfig(**CONFIGS["mha-silu-160"]), seed=9)
+    opts = dict(progress=False, kv_cache=KVCacheConfig(dtype="float16"))
+    batched = FusedCpuRunner(native_provider(*prov_args), weights, **opts)
+    solo = FusedCpuRunner(native_provider(*prov_args), weights, **opts)
+    rng = np.random.default_rng(21)
+    vocab = weights.config.vocab_size
+    seqs = [(batched.new_cache(), solo.new_cache()) for _ in range(9)]
+    try:
+        for j, (b, s) in enumerate(seqs):
+            prompt = rng.integers(0, vocab, size=j + 1)
+            batched.forward(prompt, b)
+            solo.forward(prompt, s)
+        for _ in range(3):
+            ids = rng.integers(0, vocab, size=9)
+            got = batched.forward_batch(
+                [([int(i)], b) for i, (b, _) in zip(ids, seqs, strict=True)]
+            )
+            want = np.stack(
+                [solo.forward([int(i)], s) for i, (_, s) in zip(ids, seqs, strict=True)]
+            )
+            np.testing.assert_array_equal(got, want)
+        assert [b.length for b, _ in seqs] == [j + 4 for j in range(9)]
+    finally:
+        for b, s in seqs:
+            b.close()
+            s.close()
+
+
 def test_forward_batch_int8_head_equals_forward(prov_args):
     weights = random_weights(BitNetConfig(**MODEL_CONFIGS["gqa-relu2"]), seed=6)
     fused = FusedCpuRunner(native_provider(*prov_args, int8_head=True), weights, progress=False)
