@@ -16,8 +16,10 @@ times the dense output head (float16 and the int8 variant).
 
     uv run --no-sync python tools/bench/gemv_bandwidth.py --threads 2 1 --out gemv.json --png gemv.png
 
-``--shapes 2560x6912 ...`` times only those shapes, ``--no-head`` skips the
-head, ``--working-set-mb`` sets the bytes cycled through (and streamed by the
+``--tokens 8`` times the ternary matrices on 8 tokens (a batched decode step's
+shape, issue 28) and adds their int8 multiply-accumulates a second
+(``gmacs``) to each line. ``--shapes 2560x6912 ...`` times only those shapes,
+``--no-head`` skips the head, ``--working-set-mb`` sets the bytes cycled through (and streamed by the
 read probe): below the last-level cache the figures are cache bandwidth, as in
 the tools' smoke test, not the machine's memory.
 """
@@ -114,17 +116,18 @@ def summary(nbytes: int, calls: list[float], reads: list[float]) -> dict:
 
 
 def bench_ternary(
-    kernels, probe, rows: int, cols: int, layout: str, reps: int, working_set: int
+    kernels, probe, rows: int, cols: int, layout: str, reps: int, working_set: int, tokens: int = 1
 ) -> dict:
     rng = np.random.default_rng(rows * cols)
     codes = rng.integers(-1, 2, size=(rows, cols), dtype=np.int8)
     first = make_matrix(codes, layout)
     copies = max(2, working_set // first.nbytes)
     mats = [first] + [make_matrix(codes, layout) for _ in range(copies - 1)]
-    x = rng.standard_normal((1, cols)).astype(np.float32)
+    x = rng.standard_normal((tokens, cols)).astype(np.float32)
     calls, reads = measure(lambda m: kernels.linear(x, m), mats, probe, kernels, reps)
-    out = {"rows": rows, "cols": cols, "layout": layout, "copies": copies}
+    out = {"rows": rows, "cols": cols, "layout": layout, "copies": copies, "tokens": tokens}
     out.update(summary(first.nbytes, calls, reads))
+    out["gmacs"] = rows * cols * tokens / statistics.median(calls) / 1e9
     return out
 
 
@@ -178,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", nargs="+", metavar="ROWSxCOLS", help="only these shapes")
     ap.add_argument("--no-head", action="store_true", help="skip the output head")
     ap.add_argument("--working-set-mb", type=int, default=WORKING_SET_MB)
+    ap.add_argument("--tokens", type=int, default=1, help="tokens a ternary call (1: decode)")
     ap.add_argument("--out", type=Path, default=Path("gemv_bandwidth.json"))
     ap.add_argument("--png", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -187,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--shapes: {exc}")
     if args.working_set_mb < 1:
         ap.error("--working-set-mb must be at least 1")
+    if args.tokens < 1:
+        ap.error("--tokens must be at least 1")
     working_set = args.working_set_mb << 20
 
     copy = copy_bandwidth(2 * working_set)
@@ -198,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         rows_out = []
         for model, (rows, cols) in shapes:
             for layout in args.layouts:
-                r = bench_ternary(kernels, probe, rows, cols, layout, args.reps, working_set)
+                r = bench_ternary(
+                    kernels, probe, rows, cols, layout, args.reps, working_set, args.tokens
+                )
                 r.update(model=model, threads=threads)
                 rows_out.append((f"{rows}x{cols}", layout, r))
         for name, (rows, cols) in {} if args.no_head else HEADS.items():
@@ -212,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"t={threads} {r['model']:24s} {shape:10s} {kind:8s} {r['median_us']:8.0f} us "
                 f"{r['gbps_median']:5.1f} GB/s  read {r['read_gbps_median']:5.1f} GB/s  "
                 f"{100 * r['frac_of_read']:5.1f}% of read"
+                + (f"  {r['gmacs']:6.1f} G MAC/s ({args.tokens} tokens)" if "gmacs" in r else "")
             )
     report = {
         "machine": {

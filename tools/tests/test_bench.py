@@ -51,6 +51,18 @@ def test_gemv_bandwidth_small_run(tmp_path):
     assert report["probe_bytes"] == 4 << 20
 
 
+def test_gemv_bandwidth_times_several_tokens(tmp_path):
+    gemv = load_script("gemv_bandwidth")
+    out = tmp_path / "gemm.json"
+    argv = ["--threads", "1", "--shapes", "48x512", "--working-set-mb", "2", "--tokens", "8"]
+    assert (
+        gemv.main([*argv, "--reps", "2", "--no-head", "--layouts", "tq2_0", "--out", str(out)]) == 0
+    )
+    (r,) = json.loads(out.read_text())["results"]
+    assert r["tokens"] == 8
+    assert r["gmacs"] == pytest.approx(48 * 512 * 8 / r["median_us"] / 1e3, rel=1e-6)
+
+
 @pytest.mark.parametrize("shape", ["12y", "48x300", "0x512"])
 def test_gemv_bandwidth_refuses_bad_shapes(shape, capsys):
     gemv = load_script("gemv_bandwidth")
