@@ -1,0 +1,134 @@
+"""``VulkanRunner.forward_batch``: the sequences of a server step in one recorded step.
+
+Each row equals the sequence decoded alone by the same runner, bit for bit
+(the matmuls are exact integer sums and every other shader works a row at a
+time; attention runs per sequence with its own split count), for sequences
+at different positions and cache capacities, float32 and float16 caches, a
+prompt chunk mixed in. A step of decode tokens is one submission and is
+replayed while the batch's composition holds; a sequence growing its cache,
+leaving or joining records another.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bitnet_core.config import BitNetConfig
+from bitnet_core.model.api import Model
+from bitnet_core.model.kv_cache import KVCacheConfig
+from bitnet_core.model.random import random_weights
+
+
+def config() -> BitNetConfig:
+    return BitNetConfig(
+        vocab_size=301,
+        hidden_size=96,
+        num_layers=2,
+        num_heads=6,
+        num_kv_heads=2,
+        intermediate_size=200,
+        context_length=256,
+        ffn_activation="silu",
+        rope_style="neox",
+    )
+
+
+# cache capacities 64 (one attention split) and 128 (two); the 62-token prompt crosses
+# 64 -> 128 rows two steps in, the 124-token one 128 -> 256 (four splits) four steps in
+PROMPTS = [[1, 2, 3], list(range(7, 69)), [11], list(range(20, 144))]
+
+
+def batched_programs(runner, n: int) -> set:
+    return {key for key in runner._programs if len(key) == n}
+
+
+@pytest.mark.parametrize("kv_type", ["float32", "float16"])
+def test_batched_decode_step_equals_each_sequence_alone(vk, kv_type):
+    dev = Model.from_weights(
+        random_weights(config(), seed=5), device="vulkan", kv_cache=KVCacheConfig(dtype=kv_type)
+    )
+    runner, trace = dev.runner, dev.provider.trace
+    assert runner.fused
+    bseqs = [runner.new_cache() for _ in PROMPTS]
+    aseqs = [runner.new_cache() for _ in PROMPTS]
+    try:
+        for p, bs, as_ in zip(PROMPTS, bseqs, aseqs, strict=True):
+            np.testing.assert_array_equal(runner.forward(p, bs), runner.forward(p, as_))
+        submissions, layouts = [], set()
+        for step in range(6):
+            toks = [(step * 31 + 7 * j) % 300 for j in range(len(PROMPTS))]
+            layouts.add(tuple(s.k[0].shape[0] for s in bseqs))
+            kernels, before = sum(trace.kernels.values()), trace.submissions
+            got = runner.forward_batch([([t], s) for t, s in zip(toks, bseqs, strict=True)])
+            submissions.append(trace.submissions - before)
+            recorded = sum(trace.kernels.values()) > kernels
+            want = [runner.forward([t], s) for t, s in zip(toks, aseqs, strict=True)]
+            np.testing.assert_array_equal(got, np.stack(want))
+            if step in (1, 3):  # the composition as in the step before: replayed
+                assert not recorded
+        # one vkQueueSubmit a step, recorded or replayed; a cache that grows (steps 2 and 4)
+        # copies its rows into the new buffers first: one more
+        assert submissions == [1, 1, 2, 1, 2, 1]
+        assert len(layouts) == 3  # capacities at the start, after each crossing
+        assert len(batched_programs(runner, 4)) == 3  # re-recorded on each crossing only
+        assert {s.k[0].shape[0] for s in bseqs} == {64, 128, 256}
+        assert [s.length for s in bseqs] == [s.length for s in aseqs]
+
+        # one leaves: another composition, recorded once, then replayed
+        kernels = sum(trace.kernels.values())
+        for step in range(2):
+            got = runner.forward_batch([([40 + step], s) for s in bseqs[1:]])
+            want = [runner.forward([40 + step], s) for s in aseqs[1:]]
+            np.testing.assert_array_equal(got, np.stack(want))
+            if step == 0:
+                assert sum(trace.kernels.values()) > kernels
+                kernels = sum(trace.kernels.values())
+        assert sum(trace.kernels.values()) == kernels
+        assert len(batched_programs(runner, 3)) == 1
+
+        # one joins with its prompt chunk: a step of its own, one submission, the same rows
+        new_b, new_a = runner.new_cache(), runner.new_cache()
+        try:
+            before = trace.submissions
+            got = runner.forward_batch([([5], bseqs[0]), ([9, 8, 7], new_b), ([6], bseqs[3])])
+            assert trace.submissions - before == 1
+            want = [runner.forward([5], aseqs[0]), runner.forward([9, 8, 7], new_a)]
+            want.append(runner.forward([6], aseqs[3]))
+            np.testing.assert_array_equal(got, np.stack(want))
+            assert new_b.length == 3
+            # and decodes beside the others from then on
+            got = runner.forward_batch([([4], new_b), ([3], bseqs[1]), ([2], bseqs[0])])
+            want = [
+                runner.forward(t, s) for t, s in (([4], new_a), ([3], aseqs[1]), ([2], aseqs[0]))
+            ]
+            np.testing.assert_array_equal(got, np.stack(want))
+        finally:
+            new_b.close()
+            new_a.close()
+    finally:
+        for s in bseqs + aseqs:
+            s.close()
+    names = set(trace.kernel_names())
+    assert {"rope_store", "attention_split", "norm_quant"} <= names
+
+
+def test_batched_greedy_decode_equals_the_reference_engine(vk):
+    """Greedy tokens of three sequences decoded in batched steps equal the CPU reference's."""
+    weights = random_weights(config(), seed=9)
+    ref = Model.from_weights(weights, device="cpu-reference")
+    runner = Model.from_weights(weights, device="vulkan").runner
+    prompts = [[5, 300, 17], [9, 8, 7, 6, 5, 4, 3], [42]]
+    want = [ref.generate_ids(p, max_tokens=10, temperature=0) for p in prompts]
+    seqs = [runner.new_cache() for _ in prompts]
+    try:
+        logits = runner.forward_batch(list(zip(prompts, seqs, strict=True)))
+        toks = [[int(row.argmax())] for row in logits]
+        for _ in range(9):
+            logits = runner.forward_batch([([t[-1]], s) for t, s in zip(toks, seqs, strict=True)])
+            for t, row in zip(toks, logits, strict=True):
+                t.append(int(row.argmax()))
+    finally:
+        for s in seqs:
+            s.close()
+    assert toks == want
