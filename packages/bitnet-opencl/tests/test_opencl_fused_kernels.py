@@ -115,7 +115,8 @@ def test_rope_store(ocl, ref, rng, kv, style, hq, hkv, d, rot, pos):
     name = "rope_store_f16" if kv == np.float16 else "rope_store"
     _run(
         ocl, name, (d, hq + 2 * hkv), None, qkv, cs.buffer,
-        meta.buffer, np.int32(1), q.buffer, kc.buffer, vc.buffer, np.int32(hq), np.int32(hkv),
+        meta.buffer, np.int32(1), np.int32(0), q.buffer, kc.buffer, vc.buffer, np.int32(hq),
+        np.int32(hkv),
         np.int32(d), np.int32(rot), np.int32(1 if style == "neox" else 0),
     )  # fmt: skip
     heads = qkv.reshape(hq + 2 * hkv, d)
@@ -152,7 +153,7 @@ def test_split_attention_merge_norm_quant(ocl, ref, rng, kv, hq, hkv, d, cap, po
     name = "attn_split_f16" if kv == np.float16 else "attn_split"
     _run(
         ocl, name, (lsz * hq, splits), (lsz, 1), q,
-        kc, vc, meta.buffer, np.int32(1), po.buffer,
+        kc, vc, meta.buffer, np.int32(1), np.int32(0), np.int32(0), po.buffer,
         pml.buffer, np.int32(hq), np.int32(hkv), np.int32(d), np.float32(1 / math.sqrt(d)),
         np.int32(span), ocl._local(d * 4), ocl._local(d * 4), ocl._local(lsz * 4),
         ocl._local(lsz * 4),
@@ -162,7 +163,7 @@ def test_split_attention_merge_norm_quant(ocl, ref, rng, kv, hq, hkv, d, cap, po
     _run(
         ocl, "attn_merge_norm_quant", (mlsz,), (mlsz,), po.buffer, pml.buffer, att.buffer,
         w, xq.buffer, xs.buffer, np.int32(hq), np.int32(d),
-        np.int32(splits), np.float32(EPS), ocl._local(mlsz * _acc(ocl)),
+        np.int32(splits), np.float32(EPS), np.int32(0), np.int32(0), ocl._local(mlsz * _acc(ocl)),
     )  # fmt: skip
     want = ref.attention(q, kc[: pos + 1], vc[: pos + 1], pos).reshape(1, hq * d)
     got = ocl.to_host(att)
