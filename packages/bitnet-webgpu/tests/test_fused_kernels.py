@@ -132,6 +132,7 @@ def test_rope_store(provider, kv, hq, hkv, d, rot, style, pos):
     params = np.zeros(8, U32)
     params[:5] = (hq, hkv, d, rot, 0 if style == "neox" else 1)
     params[5] = _f32(math.log2(theta))
+    params[6:] = (0, 1)  # row 0, its position at inp[1]
     inp = dev.upload(np.array([0, pos, pos + 1, 0], U32))
     groups = (-(-(hq + 2 * hkv) * d // 2 // 64), 1, 1)
     defines = frozenset({"F16"}) if f16 else frozenset()
@@ -187,6 +188,7 @@ def test_attn_split(provider, kv, cap, hq, hkv, d, n, splits):
     params = np.zeros(8, U32)
     params[:4] = (hq, hkv, d, splits)
     params[4] = _f32(1 / math.sqrt(d))
+    params[5:] = (0, 1, 0)  # row 0, its position and length at inp[1], partials from 0
     caches = [dev.upload(_f16_words(a) if f16 else a) for a in (k, v)]
     inp = dev.upload(np.array([0, n - 1, n, 0], U32))
     defines = frozenset({"F16"}) if f16 else frozenset()
