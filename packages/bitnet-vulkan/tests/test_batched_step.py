@@ -132,3 +132,27 @@ def test_batched_greedy_decode_equals_the_reference_engine(vk):
         for s in seqs:
             s.close()
     assert toks == want
+
+
+def test_a_step_over_max_batch_tokens_splits_and_stays_exact(vk):
+    """More tokens than ``max_batch``: the decode tokens in steps of at most ``max_batch``
+    sequences, a longer chunk alone in ``max_batch`` pieces; the rows are still each
+    sequence's own, bit for bit."""
+    from bitnet_vulkan.runner import VulkanRunner
+
+    runner = VulkanRunner(vk, random_weights(config(), seed=8), max_batch=3)
+    assert runner.fused
+    prompts = [[4], [5, 6, 7, 8, 9, 10, 11], [12], [13], [14], [15]]
+    bseqs = [runner.new_cache() for _ in prompts]
+    aseqs = [runner.new_cache() for _ in prompts]
+    try:
+        for s, a in zip(bseqs, aseqs, strict=True):  # different positions
+            runner.forward([1, 2] * (1 + s.id % 3), s)
+            runner.forward([1, 2] * (1 + s.id % 3), a)
+        got = runner.forward_batch(list(zip(prompts, bseqs, strict=True)))
+        want = [runner.forward(p, a) for p, a in zip(prompts, aseqs, strict=True)]
+        np.testing.assert_array_equal(got, np.stack(want))
+        assert [s.length for s in bseqs] == [s.length for s in aseqs]
+    finally:
+        for s in bseqs + aseqs:
+            s.close()
