@@ -8,7 +8,10 @@ sequence (``backend.forward``), the same number of ``forward_batch`` steps of
 ``--streams`` sequences (one token each), and a prefill of ``--streams``
 tokens in one sequence (the same matmul shape as the batched step, without
 per-sequence attention). Prints per-token costs and the aggregate decode
-speed-up, as JSON (medians over rounds, and every round).
+speed-up, the main thread's CPU (host) ms per decode step and per batched step,
+and, on a GPU provider, its API submissions per step, as JSON (medians over
+rounds, and every round). On an emulated device (lavapipe, PoCL) the host ms
+and submissions are what a batched step saves; the kernels share the CPU.
 
 Against the machine (``machine_probe.py``'s int8 peak, the same threads,
 after every round; ``--no-probe`` skips it): the step's ternary matmuls are
@@ -62,6 +65,12 @@ def against_peak(r: dict, streams: int, macs: int, peak_gmacs: float) -> dict:
     }
 
 
+def submissions(model) -> int:
+    """The provider's API submissions so far (0 where it keeps no trace)."""
+    trace = getattr(model.provider, "trace", None)
+    return int(getattr(trace, "submissions", 0))
+
+
 def one_round(model, streams: int, steps: int, context: int) -> dict:
     b = model.runner
     rng = np.random.default_rng(0)
@@ -70,14 +79,16 @@ def one_round(model, streams: int, steps: int, context: int) -> dict:
     try:
         for s in seqs:
             b.forward(rng.integers(0, vocab, size=context), s)
-        t0 = time.perf_counter()
+        t0, h0, s0 = time.perf_counter(), time.thread_time(), submissions(model)
         for _ in range(steps):
             b.forward([int(rng.integers(vocab))], seqs[0])
         decode = (time.perf_counter() - t0) / steps
-        t0 = time.perf_counter()
+        decode_host, decode_subs = (time.thread_time() - h0) / steps, submissions(model) - s0
+        t0, h0, s0 = time.perf_counter(), time.thread_time(), submissions(model)
         for _ in range(steps):
             b.forward_batch([([int(rng.integers(vocab))], s) for s in seqs])
         batch = (time.perf_counter() - t0) / steps
+        batch_host, batch_subs = (time.thread_time() - h0) / steps, submissions(model) - s0
         with b.new_cache() as p:
             b.forward(rng.integers(0, vocab, size=context), p)
             t0 = time.perf_counter()
@@ -92,6 +103,10 @@ def one_round(model, streams: int, steps: int, context: int) -> dict:
         "prefill_tok_s": streams / prefill,
         "batch_vs_decode": decode * streams / batch,
         "batch_step_vs_prefill": batch / prefill,
+        "decode_host_ms_per_step": decode_host * 1e3,
+        "batch_host_ms_per_step": batch_host * 1e3,
+        "decode_submissions_per_step": decode_subs / steps,
+        "batch_submissions_per_step": batch_subs / steps,
     }
 
 

@@ -115,7 +115,8 @@ def test_rope_store(ocl, ref, rng, kv, style, hq, hkv, d, rot, pos):
     name = "rope_store_f16" if kv == np.float16 else "rope_store"
     _run(
         ocl, name, (d, hq + 2 * hkv), None, qkv, cs.buffer,
-        meta.buffer, np.int32(1), q.buffer, kc.buffer, vc.buffer, np.int32(hq), np.int32(hkv),
+        meta.buffer, np.int32(1), np.int32(0), q.buffer, kc.buffer, vc.buffer, np.int32(hq),
+        np.int32(hkv),
         np.int32(d), np.int32(rot), np.int32(1 if style == "neox" else 0),
     )  # fmt: skip
     heads = qkv.reshape(hq + 2 * hkv, d)
@@ -152,7 +153,7 @@ def test_split_attention_merge_norm_quant(ocl, ref, rng, kv, hq, hkv, d, cap, po
     name = "attn_split_f16" if kv == np.float16 else "attn_split"
     _run(
         ocl, name, (lsz * hq, splits), (lsz, 1), q,
-        kc, vc, meta.buffer, np.int32(1), po.buffer,
+        kc, vc, meta.buffer, np.int32(1), np.int32(0), np.int32(0), po.buffer,
         pml.buffer, np.int32(hq), np.int32(hkv), np.int32(d), np.float32(1 / math.sqrt(d)),
         np.int32(span), ocl._local(d * 4), ocl._local(d * 4), ocl._local(lsz * 4),
         ocl._local(lsz * 4),
@@ -162,7 +163,7 @@ def test_split_attention_merge_norm_quant(ocl, ref, rng, kv, hq, hkv, d, cap, po
     _run(
         ocl, "attn_merge_norm_quant", (mlsz,), (mlsz,), po.buffer, pml.buffer, att.buffer,
         w, xq.buffer, xs.buffer, np.int32(hq), np.int32(d),
-        np.int32(splits), np.float32(EPS), ocl._local(mlsz * _acc(ocl)),
+        np.int32(splits), np.float32(EPS), np.int32(0), np.int32(0), ocl._local(mlsz * _acc(ocl)),
     )  # fmt: skip
     want = ref.attention(q, kc[: pos + 1], vc[: pos + 1], pos).reshape(1, hq * d)
     got = ocl.to_host(att)
@@ -171,3 +172,63 @@ def test_split_attention_merge_norm_quant(ocl, ref, rng, kv, hq, hkv, d, cap, po
     uq, us = ocl.quantize_act(ocl.rmsnorm(ocl.to_device(got), ocl.to_device(w), EPS))
     np.testing.assert_array_equal(ocl.to_host(xq), ocl.to_host(uq))
     np.testing.assert_array_equal(ocl.to_host(xs), ocl.to_host(us))
+
+
+@pytest.mark.parametrize("kv", [np.float32, np.float16])
+@pytest.mark.parametrize(
+    "tok,hq,hkv,d,cap,pos,splits", [(2, 4, 2, 10, 40, 17, 3), (1, 3, 1, 7, 9, 8, 1)]
+)
+def test_a_batched_steps_row_equals_the_same_token_alone(
+    ocl, rng, kv, tok, hq, hkv, d, cap, pos, splits
+):
+    """rope_store, attn_split and attn_merge_norm_quant of one sequence at row ``tok`` of a
+    batched step (its position at meta[pos_at], its partials from ``part0``): bit for bit
+    the same kernels on that token alone at row 0, the other rows left as they were."""
+    rows, heads, stride = tok + 2, hq + 2 * hkv, 5  # room for 5 splits a (row, head)
+    qkv = acts(rng, rows, heads * d)
+    kc0, vc0 = acts(rng, cap, hkv, d).astype(kv), acts(rng, cap, hkv, d).astype(kv)
+    w = acts(rng, hq * d, scale=1.0)
+    cs, _ = ocl._rope_table(np.arange(cap), 10000.0, d)
+    rt, f16 = ocl.runtime, "_f16" if kv == np.float16 else ""
+    span = -(-cap // splits)
+    lsz = rt.reduce_group("attn_split", WG, span)
+    mlsz = rt.reduce_group("rmsnorm", WG, hq * d)
+
+    def step(qkv_rows, row, n_rows, pos_at, meta, part0):
+        kc, vc = ocl.to_device(kc0), ocl.to_device(vc0)
+        q = ocl.to_device(np.full((n_rows, hq * d), 5.0, np.float32))
+        po = ocl.to_device(np.full(n_rows * hq * stride * d, 9.0, np.float32))
+        pml = ocl.to_device(np.full(n_rows * hq * stride * 2, 9.0, np.float32))
+        att = ocl.to_device(np.full((n_rows, hq * d), 3.0, np.float32))
+        xq = ocl.to_device(np.full((n_rows, hq * d), 7, np.int8))
+        xs = ocl.to_device(np.full(n_rows, 2.0, np.float32))
+        m = ocl.to_device(np.asarray(meta, np.int32))
+        i32 = np.int32
+        _run(
+            ocl, "rope_store" + f16, (d, heads), None, qkv_rows, cs.buffer, m.buffer, i32(pos_at),
+            i32(row), q.buffer, kc.buffer, vc.buffer, i32(hq), i32(hkv), i32(d), i32(d), i32(1),
+        )  # fmt: skip
+        _run(
+            ocl, "attn_split" + f16, (lsz * hq, splits), (lsz, 1), q.buffer, kc.buffer, vc.buffer,
+            m.buffer, i32(pos_at), i32(row), i32(part0), po.buffer, pml.buffer, i32(hq), i32(hkv),
+            i32(d), np.float32(1 / math.sqrt(d)), i32(span), ocl._local(d * 4), ocl._local(d * 4),
+            ocl._local(lsz * 4), ocl._local(lsz * 4),
+        )  # fmt: skip
+        _run(
+            ocl, "attn_merge_norm_quant", (mlsz,), (mlsz,), po.buffer, pml.buffer, att.buffer, w,
+            xq.buffer, xs.buffer, i32(hq), i32(d), i32(splits), np.float32(EPS), i32(row),
+            i32(part0), ocl._local(mlsz * _acc(ocl)),
+        )  # fmt: skip
+        return [ocl.to_host(a) for a in (q, att, xq, xs, kc, vc)]
+
+    alone = step(qkv[tok : tok + 1], 0, 1, 1, [0, pos], 0)
+    n = rows  # meta: n token ids, then the n positions; this sequence's at n + tok
+    meta = [0] * n + [0] * n
+    meta[n + tok] = pos
+    batched = step(qkv, tok, rows, n + tok, meta, tok * hq * stride)
+    for a, b in zip(alone[:4], batched[:4], strict=True):  # q, att, xq, xs
+        np.testing.assert_array_equal(b[tok], a[0])
+        others = np.arange(len(b)) != tok
+        assert len(np.unique(b[others])) == 1  # untouched: still the fill value
+    for a, b in zip(alone[4:], batched[4:], strict=True):  # the caches: row pos written
+        np.testing.assert_array_equal(a, b)

@@ -6,7 +6,9 @@
 // host rewrites every step (not a push constant), so a recorded decode step replays unchanged.
 // F16: the cache holds float16 pairs a uint word. SPLIT (split-K, flash-decoding): one
 // workgroup per (t, h, split) over 1/splits of the rows; it writes [m, l, acc[D]] (running
-// max, sum of exp, unnormalized output) for norm_quant.comp (MODE 3) to combine.
+// max, sum of exp, unnormalized output) for norm_quant.comp (MODE 3) to combine, at record
+// ((row * Hq + h) * stride + split) (stride >= splits). `first`: the step's row of the
+// sequence's first token, its position in step[first] (a batched step: a dispatch a sequence).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const bool F16 = false;
 #define MAX_SLOTS 4
@@ -18,6 +20,7 @@ layout(std430, binding = 3) writeonly buffer O { float o[]; };
 layout(std430, binding = 4) readonly buffer S { uint step[]; };
 layout(push_constant) uniform P {
     uint tokens; uint q_heads; uint kv_heads; uint dim; float scale; uint splits;
+    uint first; uint stride;
 } p;
 
 #define CACHE(buf, i) (F16 ? unpackHalf2x16(buf[(i) >> 1])[(i) & 1u] : uintBitsToFloat(buf[i]))
@@ -28,7 +31,7 @@ shared float red[gl_WorkGroupSize.x];
 void main() {
     uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
     uint group = p.q_heads / p.kv_heads;
-    uint start = step[0];
+    uint start = step[p.first];
 #ifdef SPLIT
     uint splits = p.splits;
 #else
@@ -37,7 +40,7 @@ void main() {
     for (uint job = gl_WorkGroupID.x; job < p.tokens * p.q_heads * splits; job += gl_NumWorkGroups.x) {
         uint th = job / splits, part = job - th * splits;
         uint t = th / p.q_heads, h = th % p.q_heads, kvh = h / group;
-        uint qbase = (t * p.q_heads + h) * p.dim;
+        uint qbase = ((p.first + t) * p.q_heads + h) * p.dim;
         uint n = start + t + 1u;
         uint chunk = (n + splits - 1u) / splits;
         uint lo = min(n, part * chunk), hi = min(n, lo + chunk);
@@ -81,7 +84,7 @@ void main() {
             barrier();
         }
 #ifdef SPLIT
-        uint rec = job * (p.dim + 2u);
+        uint rec = (((p.first + t) * p.q_heads + h) * p.stride + part) * (p.dim + 2u);
         if (lid == 0u) { o[rec] = m; o[rec + 1u] = l; }
         for (uint slot = 0u; slot < MAX_SLOTS; slot++) {
             uint d = lid + slot * wg;

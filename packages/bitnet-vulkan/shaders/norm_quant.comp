@@ -9,6 +9,8 @@
 //   2: v = relu2(x[t, k]) * x[t, cols + k]
 //   3: v = split-K attention combined: x holds, per (t, head, split), [m, l, acc[dim]]
 //      (running max, sum of exp, unnormalized output); v = sum acc e^(m - M) / sum l e^(m - M)
+//      at record ((t * heads + head) * stride + split) (stride >= splits)
+// Rows first .. first + rows - 1 (a batched step combines each sequence's own splits).
 // then y = v * (1 / sqrt(mean(v^2) + eps)) * weight (as rmsnorm.comp), s[t] = 127 / max|y|
 // correctly rounded and xq = round(y * s) four int8 a word (as quantize_act.comp).
 layout(local_size_x_id = 0) in;
@@ -20,6 +22,7 @@ layout(std430, binding = 2) writeonly buffer XQ { uint xq[]; };
 layout(std430, binding = 3) writeonly buffer XS { float xs[]; };
 layout(push_constant) uniform P {
     uint rows; uint cols; uint xq_words; float eps; uint dim; uint splits;
+    uint first; uint stride;
 } p;
 
 #include "quant.glsl"
@@ -33,7 +36,7 @@ float value(uint t, uint k) {
     if (MODE == 2u) return relu2(x[t * 2u * p.cols + k]) * x[t * 2u * p.cols + p.cols + k];
     uint h = k / p.dim, d = k - h * p.dim;
     uint rec = p.dim + 2u;
-    uint base = (t * (p.cols / p.dim) + h) * p.splits * rec;
+    uint base = (t * (p.cols / p.dim) + h) * p.stride * rec;
     float m = -1.0 / 0.0;
     for (uint s = 0u; s < p.splits; s++) m = max(m, x[base + s * rec]);
     float l = 0.0, a = 0.0;
@@ -48,8 +51,9 @@ float value(uint t, uint k) {
 
 void main() {
     uint lane = gl_SubgroupInvocationID, lanes = gl_SubgroupSize;
-    for (uint t = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; t < p.rows;
-         t += gl_NumWorkGroups.x * gl_NumSubgroups) {
+    for (uint r = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; r < p.rows;
+         r += gl_NumWorkGroups.x * gl_NumSubgroups) {
+        uint t = p.first + r;
         float s = 0.0;
         for (uint k = lane; k < p.cols; k += lanes) { float v = value(t, k); s += v * v; }
         float inv = 1.0 / sqrt(subgroupAdd(s) / float(p.cols) + p.eps);

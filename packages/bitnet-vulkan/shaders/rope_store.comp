@@ -2,8 +2,9 @@
 #extension GL_GOOGLE_include_directive : require
 // Rotary embedding and KV-cache append of one forward pass, from the fused q|k|v matmul
 // output qkv [T, (Hq + 2 Hkv) * D]: q rotated into q [T, Hq, D]; k rotated and v copied
-// into the caches [S, Hkv, D] at rows pos .. pos + T - 1, pos read from step[0] (a buffer
-// the host rewrites, so a recorded decode step replays unchanged). cos/sin tables
+// into the caches [S, Hkv, D] at rows pos .. pos + T - 1, pos read from step[first] (a buffer
+// the host rewrites, so a recorded decode step replays unchanged). `first`: the step's row of
+// the sequence's first token (a batched step: one dispatch a sequence). cos/sin tables
 // [context, rot_dim / 2] are computed on the host in float64, as the reference does.
 // NEOX pairs (i, i + half), NORM pairs (2i, 2i + 1); dims >= rot_dim pass through.
 // One invocation writes two consecutive elements (one word of a float16 cache: F16).
@@ -19,7 +20,7 @@ layout(std430, binding = 4) writeonly buffer K { uint kc[]; };
 layout(std430, binding = 5) writeonly buffer V { uint vc[]; };
 layout(std430, binding = 6) readonly buffer St { uint step[]; };
 layout(push_constant) uniform P {
-    uint tokens; uint q_heads; uint kv_heads; uint dim; uint rot_dim;
+    uint tokens; uint q_heads; uint kv_heads; uint dim; uint rot_dim; uint first;
 } p;
 
 #include "half.glsl"
@@ -45,13 +46,13 @@ void main() {
     uint heads = p.q_heads + 2u * p.kv_heads;
     uint pairs = p.dim / 2u;
     uint total = p.tokens * heads * pairs;
-    uint start = step[0];
+    uint start = step[p.first];
     for (uint e = gl_GlobalInvocationID.x; e < total; e += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {
         uint th = e / pairs, d = 2u * (e - th * pairs);
         uint t = th / heads, h = th - t * heads;
-        uint row = th * p.dim, pos = start + t;
+        uint row = (p.first * heads + th) * p.dim, pos = start + t;
         if (h < p.q_heads) {
-            uint o = (t * p.q_heads + h) * p.dim + d;
+            uint o = ((p.first + t) * p.q_heads + h) * p.dim + d;
             q[o] = rotated(row, d, pos);
             q[o + 1u] = rotated(row, d + 1u, pos);
             continue;

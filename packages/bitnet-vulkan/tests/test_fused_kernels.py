@@ -3,7 +3,9 @@
 norm_quant (rmsnorm + int8, act(gate) * up + rmsnorm + int8, split-K combine +
 rmsnorm + int8), rope_store (rotation and KV append at a position read from a
 buffer, float32 and float16 caches), attention_split (partial results of each
-split) and the residual epilogue of matmul_i2s.
+split) and the residual epilogue of matmul_i2s. rope_store and attention_split
+also at a row offset (``first``: a sequence's rows in a batched step, its
+position at ``positions[first]``) and with room for more splits a row (``stride``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def norm_quant(vk, mode, x, g, rows, cols, dim=1, splits=1):
         vk,
         "norm_quant",
         [vk.to_device(x), vk.to_device(g), xq, xs],
-        pack_push("IIIfII", rows, cols, words, EPS, dim, splits),
+        pack_push("IIIfIIII", rows, cols, words, EPS, dim, splits, 0, splits),
         (vk._groups(rows, per_group), 1, 1),
         (wg, NORM_MODES[mode]),
     )
@@ -102,6 +104,35 @@ def test_norm_quant_combines_attention_splits(sg, ref, t, hq, d, splits):
     assert_quantized_close(got, want)
 
 
+@pytest.mark.parametrize("first,t,hq,d,splits,stride", [(1, 1, 4, 16, 3, 5), (2, 2, 3, 10, 1, 4)])
+def test_norm_quant_combines_a_sequences_rows(sg, first, t, hq, d, splits, stride):
+    """Rows ``first ..`` of a batched step, ``stride`` records a (row, head): bit for bit
+    the combine of the same records stored compactly."""
+    rec = RNG.standard_normal((t, hq, splits, d + 2)).astype(np.float32)
+    rec[..., 1] = np.abs(rec[..., 1]) + 0.5
+    rows = first + t
+    wide = RNG.standard_normal((rows, hq, stride, d + 2)).astype(np.float32)  # others' records
+    wide[first:, :, :splits] = rec
+    g = RNG.uniform(0.2, 2.0, hq * d).astype(np.float32)
+    want = norm_quant(sg, "combine", rec.reshape(-1), g, t, hq * d, d, splits)
+    xq, xs = sg.to_device(np.full((rows, hq * d), 3, np.int8)), sg.to_device(np.zeros(rows))
+    wg = MATMUL_SG_CPU if sg.device_info.is_cpu else MATMUL_SG_GPU
+    per_group = max(1, wg // max(sg.device_info.subgroup_size, 1))
+    words = xq.nbytes // rows // 4
+    run(
+        sg,
+        "norm_quant",
+        [sg.to_device(wide.reshape(-1)), sg.to_device(g), xq, xs],
+        pack_push("IIIfIIII", t, hq * d, words, EPS, d, splits, first, stride),
+        (sg._groups(t, per_group), 1, 1),
+        (wg, NORM_MODES["combine"]),
+    )
+    got_q, got_s = sg.to_host(xq), sg.to_host(xs)
+    assert (got_q[:first] == 3).all() and (got_s[:first] == 0).all()  # other rows untouched
+    np.testing.assert_array_equal(got_q[first:], want[0])
+    np.testing.assert_array_equal(got_s[first:], want[1])
+
+
 def cache_array(vk, a):
     """A KV-cache-shaped device array keeping its dtype (float16 uploads go as 2-D tables)."""
     return vk.to_device(a.reshape(a.shape[0], -1)).reshape(a.shape)
@@ -116,36 +147,42 @@ def rope_tables(ctx, rot_dim, theta=10000.0):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize(
-    "t,hq,hkv,d,rot,style,start",
+    "t,hq,hkv,d,rot,style,start,first",
     [
-        (1, 1, 1, 2, 2, "neox", 0),
-        (1, 4, 1, 64, 64, "neox", 37),
-        (3, 6, 2, 10, 6, "norm", 5),
-        (2, 5, 5, 18, 18, "norm", 61),
+        (1, 1, 1, 2, 2, "neox", 0, 0),
+        (1, 4, 1, 64, 64, "neox", 37, 0),
+        (3, 6, 2, 10, 6, "norm", 5, 0),
+        (2, 5, 5, 18, 18, "norm", 61, 0),
+        (1, 4, 2, 10, 10, "neox", 9, 3),
+        (2, 3, 1, 6, 4, "norm", 30, 1),
     ],
 )
-def test_rope_store(sg, ref, dtype, t, hq, hkv, d, rot, style, start):
+def test_rope_store(sg, ref, dtype, t, hq, hkv, d, rot, style, start, first):
     cap, ctx = 64, 64
-    qkv = RNG.standard_normal((t, (hq + 2 * hkv) * d)).astype(np.float32)
+    qkv = RNG.standard_normal((first + t, (hq + 2 * hkv) * d)).astype(np.float32)
     cos_t, sin_t = rope_tables(ctx, rot)
     sentinel = np.full((cap, hkv, d), 7.0, dtype=dtype)
     kc, vc = cache_array(sg, sentinel), cache_array(sg, sentinel)
-    q = sg.empty((t, hq * d))
-    pos = sg.to_device(np.array([start], np.uint32))
+    q = sg.to_device(np.full((first + t, hq * d), 5.0, np.float32))
+    positions_buf = np.full(first + 1, 40, np.uint32)  # other sequences' positions
+    positions_buf[first] = start
     run(
         sg,
         "rope_store",
-        [sg.to_device(qkv), sg.to_device(cos_t), sg.to_device(sin_t), q, kc, vc, pos],
-        pack_push("IIIII", t, hq, hkv, d, rot),
+        [sg.to_device(qkv), sg.to_device(cos_t), sg.to_device(sin_t), q, kc, vc]
+        + [sg.to_device(positions_buf)],
+        pack_push("IIIIII", t, hq, hkv, d, rot, first),
         (sg._groups(t * (hq + 2 * hkv) * d // 2, 256), 1, 1),
         (256, int(style == "neox"), int(dtype == np.float16)),
     )
     positions = np.arange(start, start + t)
-    parts = qkv.reshape(t, hq + 2 * hkv, d)
+    parts = qkv[first:].reshape(t, hq + 2 * hkv, d)
     want_q = ref.rope(parts[:, :hq], positions, 10000.0, style, rot)
     want_k = ref.rope(parts[:, hq : hq + hkv], positions, 10000.0, style, rot)
     want_v = parts[:, hq + hkv :]
-    np.testing.assert_allclose(sg.to_host(q).reshape(t, hq, d), want_q, rtol=1e-5, atol=1e-6)
+    got_q = sg.to_host(q)
+    assert (got_q[:first] == 5).all()  # other sequences' rows untouched
+    np.testing.assert_allclose(got_q[first:].reshape(t, hq, d), want_q, rtol=1e-5, atol=1e-6)
     got_k, got_v = sg.to_host(kc), sg.to_host(vc)
     tol = 1e-3 if dtype == np.float16 else 1e-5
     np.testing.assert_allclose(got_k[start : start + t], want_k, rtol=tol, atol=tol)
@@ -157,38 +194,46 @@ def test_rope_store(sg, ref, dtype, t, hq, hkv, d, rot, style, start):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 @pytest.mark.parametrize(
-    "t,hq,hkv,d,start,splits",
+    "t,hq,hkv,d,start,splits,first,stride",
     [
-        (1, 1, 1, 1, 0, 1),
-        (1, 4, 1, 64, 40, 3),
-        (1, 6, 2, 10, 2, 7),
-        (2, 4, 2, 33, 70, 1),
-        (1, 2, 2, 257, 129, 4),
-        (1, 20, 5, 128, 200, 16),
+        (1, 1, 1, 1, 0, 1, 0, 1),
+        (1, 4, 1, 64, 40, 3, 0, 3),
+        (1, 6, 2, 10, 2, 7, 0, 7),
+        (2, 4, 2, 33, 70, 1, 0, 1),
+        (1, 2, 2, 257, 129, 4, 0, 4),
+        (1, 20, 5, 128, 200, 16, 0, 16),
+        (1, 6, 2, 10, 50, 2, 2, 5),
+        (3, 4, 4, 12, 7, 1, 1, 3),
     ],
 )
-def test_attention_split_partials(sg, ref, dtype, t, hq, hkv, d, start, splits):
+def test_attention_split_partials(sg, ref, dtype, t, hq, hkv, d, start, splits, first, stride):
     cap = start + t + 3
-    q = RNG.standard_normal((t, hq, d)).astype(np.float32)
+    q_all = RNG.standard_normal((first + t, hq, d)).astype(np.float32)
+    q = q_all[first:]
     k = RNG.standard_normal((cap, hkv, d)).astype(dtype)
     v = RNG.standard_normal((cap, hkv, d)).astype(dtype)
-    parts = sg.empty((t * hq * splits * (d + 2),))
+    rows = first + t
+    parts = sg.to_device(np.full(rows * hq * stride * (d + 2), 9.0, np.float32))
+    positions_buf = np.full(first + 1, 1, np.uint32)  # other sequences' positions
+    positions_buf[first] = start
     wg = max(64, min(1024, 1 << max(-(-d // 4) - 1, 0).bit_length()))
     run(
         sg,
         "attention_split",
         [
-            sg.to_device(q),
+            sg.to_device(q_all),
             cache_array(sg, k),
             cache_array(sg, v),
             parts,
-            sg.to_device(np.array([start], np.uint32)),
+            sg.to_device(positions_buf),
         ],
-        pack_push("IIIIfI", t, hq, hkv, d, 1.0 / math.sqrt(d), splits),
+        pack_push("IIIIfIII", t, hq, hkv, d, 1.0 / math.sqrt(d), splits, first, stride),
         (sg._groups(t * hq * splits, 1), 1, 1),
         (wg, int(dtype == np.float16)),
     )
-    p = sg.to_host(parts).reshape(t, hq, splits, d + 2).astype(np.float64)
+    records = sg.to_host(parts).reshape(rows, hq, stride, d + 2)
+    assert (records[:first] == 9).all() and (records[:, :, splits:] == 9).all()  # untouched
+    p = records[first:, :, :splits].astype(np.float64)
     m, l_, acc = p[..., 0], p[..., 1], p[..., 2:]
     mm = m.max(-1, keepdims=True)
     e = np.where(l_ > 0, np.exp(m - mm), 0.0)

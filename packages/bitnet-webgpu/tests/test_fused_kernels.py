@@ -132,6 +132,7 @@ def test_rope_store(provider, kv, hq, hkv, d, rot, style, pos):
     params = np.zeros(8, U32)
     params[:5] = (hq, hkv, d, rot, 0 if style == "neox" else 1)
     params[5] = _f32(math.log2(theta))
+    params[6:] = (0, 1)  # row 0, its position at inp[1]
     inp = dev.upload(np.array([0, pos, pos + 1, 0], U32))
     groups = (-(-(hq + 2 * hkv) * d // 2 // 64), 1, 1)
     defines = frozenset({"F16"}) if f16 else frozenset()
@@ -187,6 +188,7 @@ def test_attn_split(provider, kv, cap, hq, hkv, d, n, splits):
     params = np.zeros(8, U32)
     params[:4] = (hq, hkv, d, splits)
     params[4] = _f32(1 / math.sqrt(d))
+    params[5:] = (0, 1, 0)  # row 0, its position and length at inp[1], partials from 0
     caches = [dev.upload(_f16_words(a) if f16 else a) for a in (k, v)]
     inp = dev.upload(np.array([0, n - 1, n, 0], U32))
     defines = frozenset({"F16"}) if f16 else frozenset()
@@ -216,3 +218,66 @@ def test_attn_combine_norm_quant(provider, hq, d, splits):
     dev.dispatch("attn_combine_norm_quant", params, bufs, (1, 1, 1))
     merged = _merge(m.astype(np.float64), sums, acc).astype(np.float32).reshape(1, hq * d)
     _check_quantized(provider, out, REF.rmsnorm(merged, g, EPS))
+
+
+@pytest.mark.parametrize("kv", ["float32", "float16"])
+@pytest.mark.parametrize(
+    ("row", "hq", "hkv", "d", "cap", "pos", "splits"),
+    [(2, 4, 2, 6, 40, 17, 3), (1, 2, 1, 4, 9, 8, 1)],
+)
+def test_a_batched_steps_row_equals_the_same_token_alone(
+    provider, kv, row, hq, hkv, d, cap, pos, splits
+):
+    """rope_store, attn_split and attn_combine_norm_quant of one sequence at ``row`` of a
+    batched step (position and length at inp[at], partials from ``part0``): bit for bit
+    the same shaders on that token alone at row 0, the other rows left as they were."""
+    rng = np.random.default_rng(row + d)
+    rows, heads, stride = row + 2, hq + 2 * hkv, 5  # room for 5 splits a (row, head)
+    qkv = rng.standard_normal((rows, heads * d)).astype(np.float32)
+    kv0 = rng.standard_normal((2, cap, hkv, d)).astype(np.float32)
+    g = rng.uniform(0.5, 2, hq * d).astype(np.float32)
+    dev, f16 = provider.dev, kv == "float16"
+    defines = frozenset({"F16"}) if f16 else frozenset()
+    kw = q8_words(hq * d)
+
+    def step(qkv_rows, r, n_rows, at, inp, part0):
+        kc, vc = (dev.upload(_f16_words(a) if f16 else a) for a in kv0)
+        q = dev.upload(np.full((n_rows, hq * d), 5.0, np.float32))
+        parts = [dev.upload(np.full(n_rows * hq * stride, 9.0, np.float32)) for _ in range(2)]
+        parts.append(dev.upload(np.full(n_rows * hq * stride * d, 9.0, np.float32)))
+        xq = dev.upload(np.full((n_rows, kw), 7, U32))
+        xs, xsum = dev.upload(np.full(n_rows, 2.0, np.float32)), dev.upload(np.zeros(n_rows, U32))
+        inp_buf = dev.upload(np.asarray(inp, U32))
+        rope = np.zeros(8, U32)
+        rope[:5] = (hq, hkv, d, d, 0)
+        rope[5] = _f32(math.log2(10000.0))
+        rope[6:] = (r, at)
+        groups = (-(-heads * d // 2 // 64), 1, 1)
+        dev.dispatch(
+            "rope_store", rope, [dev.upload(qkv_rows), inp_buf, q, kc, vc], groups, defines
+        )
+        sp = np.zeros(8, U32)
+        sp[:4] = (hq, hkv, d, splits)
+        sp[4] = _f32(1 / math.sqrt(d))
+        sp[5:] = (r, at, part0)
+        dev.dispatch("attn_split", sp, [q, kc, vc, inp_buf, *parts], (hq, splits, 1), defines)
+        combine = np.array([hq, d, splits, kw, _f32(EPS), r, part0, 0], U32)
+        bufs = [*parts, dev.upload(g), xq, xs, xsum]
+        dev.dispatch("attn_combine_norm_quant", combine, bufs, (1, 1, 1))
+        out = [_read(provider, q, (n_rows, hq * d)), _read(provider, xq, (n_rows, kw), U32)]
+        out += [_read(provider, xs, (n_rows,)), _read(provider, xsum, (n_rows,), U32)]
+        return out + [
+            _read(provider, c, (cap * hkv * d // (2 if f16 else 1),), U32) for c in (kc, vc)
+        ]
+
+    alone = step(qkv[row : row + 1], 0, 1, 1, [0, pos, pos + 1, 0], 0)
+    inp = [0] * rows + [0] * (2 * rows)  # the token ids, then (position, length) pairs
+    at = rows + 2 * row
+    inp[at : at + 2] = (pos, pos + 1)
+    batched = step(qkv, row, rows, at, inp, row * hq * stride)
+    for a, b in zip(alone[:4], batched[:4], strict=True):  # q, xq, xs, xsum
+        np.testing.assert_array_equal(b[row], a[0])
+        others = np.arange(len(b)) != row
+        assert len(np.unique(b[others])) == 1  # untouched: still the fill value
+    for a, b in zip(alone[4:], batched[4:], strict=True):  # the caches: row pos written
+        np.testing.assert_array_equal(a, b)

@@ -115,7 +115,9 @@ def test_each_sequence_of_a_batch_gets_its_own_plan_and_stays_correct():
         for row, (j, ids) in enumerate(step):
             want = ref.forward(ids, refs[j])
             np.testing.assert_allclose(got[row], want, rtol=0, atol=LOGIT_ATOL)
-    assert backend.plans_built == len(backend._plans) == 2
+    # a plan per sequence (its prefill), one for the step that decodes both
+    assert backend.plans_built == len(backend._plans) == 3
+    assert {len(key) for key in backend._plans} == {1, 2}
     for s in (*seqs, *refs):
         s.close()
 

@@ -24,6 +24,16 @@ step is then three submissions: the token write, the replay, the logits read.
 
 ``BITNET_OPENCL_FUSED=0`` keeps the generic engine; ``BITNET_OPENCL_COMMAND_BUFFER=0``
 forces the ctypes loop. ``quantize_activations=False`` takes the generic path.
+
+``forward_batch`` (the server's step) decodes the sequences that bring one
+token each in one recorded step: norms, GEMVs (``gemv_i2s`` over the n rows,
+as the provider's matmul for a few tokens) and the head on all n rows, then
+``rope_store``, ``attn_split`` and ``attn_merge_norm_quant`` per sequence
+(told its row ``tok``, its position at ``meta[n + j]``, its own split count),
+so each row equals the sequence decoded alone bit for bit. The caches are
+kernel arguments, so such a step is recorded once per tuple of the sequences'
+cache layouts and replayed while the composition holds; a sequence with a
+prompt chunk runs its own (generic) prefill in the same call.
 """
 
 from __future__ import annotations
@@ -54,7 +64,8 @@ from .weights import OpenCLWeight
 WG = 64  # work-group size of the reducing kernels (the provider's)
 KEYS_PER_SPLIT = 128  # cache capacity per split of the decode attention
 MAX_SPLITS = 64
-MAX_RECORDINGS = 4  # recorded steps kept (least recently used dropped)
+DENSE_TOKENS = 4  # DENSE_TB in dense.cl: tokens a work-group of the head
+MAX_RECORDINGS = 8  # recorded steps kept (least recently used dropped)
 
 _i32, _f32 = np.int32, np.float32
 
@@ -95,25 +106,27 @@ def fuse_weights(rt: Any, parts: list[OpenCLWeight]) -> OpenCLWeight:
 
 
 class StepBuffers:
-    """Every array a decode step writes (fixed, so the recorded arguments stay valid)."""
+    """Every array a decode step of ``n`` sequences writes (fixed, so the recorded
+    arguments stay valid); sequence ``j``'s attention partials from ``j * hq * MAX_SPLITS``."""
 
-    def __init__(self, alloc: Any, cfg: Any) -> None:
+    def __init__(self, alloc: Any, cfg: Any, n: int = 1) -> None:
         hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         hidden, f = cfg.hidden_size, cfg.intermediate_size
-        self.meta = alloc((2,), np.int32)  # token id, position
-        self.x = alloc((1, hidden))
-        self.xq, self.xs = alloc((1, hidden), np.int8), alloc((1,))
-        self.qkv = alloc((1, (hq + 2 * hkv) * d))
-        self.q = alloc((1, hq * d))
-        self.att = alloc((1, hq * d))
-        self.aq, self.as_ = alloc((1, hq * d), np.int8), alloc((1,))
-        self.gu = alloc((1, 2 * f))
-        self.f = alloc((1, f))
-        self.fq, self.fs = alloc((1, f), np.int8), alloc((1,))
-        self.po = alloc((hq * MAX_SPLITS * d,))
-        self.pml = alloc((hq * MAX_SPLITS * 2,))
-        self.head_x = alloc((1, hidden))
-        self.logits = alloc((1, cfg.vocab_size))
+        self.n = n
+        self.meta = alloc((2 * n,), np.int32)  # token ids, then positions
+        self.x = alloc((n, hidden))
+        self.xq, self.xs = alloc((n, hidden), np.int8), alloc((n,))
+        self.qkv = alloc((n, (hq + 2 * hkv) * d))
+        self.q = alloc((n, hq * d))
+        self.att = alloc((n, hq * d))
+        self.aq, self.as_ = alloc((n, hq * d), np.int8), alloc((n,))
+        self.gu = alloc((n, 2 * f))
+        self.f = alloc((n, f))
+        self.fq, self.fs = alloc((n, f), np.int8), alloc((n,))
+        self.po = alloc((n * hq * MAX_SPLITS * d,))
+        self.pml = alloc((n * hq * MAX_SPLITS * 2,))
+        self.head_x = alloc((n, hidden))
+        self.logits = alloc((n, cfg.vocab_size))
 
 
 class OpenCLRunner(GenericRunner):
@@ -124,14 +137,13 @@ class OpenCLRunner(GenericRunner):
         self.fused = self.quantize_activations
         self._recordings: OrderedDict[tuple, StepRecording] = OrderedDict()
         self._spare_kernels: dict[str, list[Any]] = {}  # of released recordings
-        self._by_sequence: dict[int, tuple] = {}  # a sequence's latest recording
+        self._layouts: dict[int, tuple] = {}  # a sequence's latest cache layout
         if not self.fused:
             return
         rt = self.rt = provider.runtime
         self._api = self._command_buffer_api()
         self.layers = fused_layers(self.weights, lambda ws: fuse_weights(rt, ws))
-        self.bufs = StepBuffers(provider._alloc, self.config)
-        self._meta_host = np.zeros(2, dtype=np.int32)
+        self._bufs: dict[int, StepBuffers] = {}  # by batch size
 
     def _command_buffer_api(self) -> CommandBufferApi | None:
         """The command-buffer entry points, or None (recorded as a trace fallback)."""
@@ -155,51 +167,76 @@ class OpenCLRunner(GenericRunner):
 
     # --- the forward pass ----------------------------------------------------------------
     def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
-        """Several sequences: the generic batched step (one sequence: the fused one)."""
-        return super()._forward_batch(batch)
+        """The sequences with one new token in one fused step; a longer chunk (a prompt)
+        runs its own (generic) prefill in the same call."""
+        if not self.fused:
+            return super()._forward_batch(batch)
+        rows: list[Any] = [None] * len(batch)
+        decoding = [j for j, (ids, _) in enumerate(batch) if ids.size == 1]
+        if decoding:
+            items = [batch[j] for j in decoding]
+            logits = self._decode(items)
+            for (_, cache), j, row in zip(items, decoding, logits, strict=True):
+                cache.advance(1)
+                rows[j] = row
+        for j, (ids, cache) in enumerate(batch):
+            if rows[j] is None:
+                for i in range(0, ids.size, self.max_batch):
+                    rows[j] = super()._forward(ids[i : i + self.max_batch], cache, False)
+        return np.stack(rows)
 
     def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
         if not self.fused or ids.size != 1:
             return super()._forward(ids, cache, all_logits)
-        start = cache.length
-        cache.reserve(start + 1)
-        logits = self._decode(int(ids[0]), start, cache)
+        cache.reserve(cache.length + 1)
+        logits = self._decode([(ids, cache)])
         cache.advance(1)
         return logits if all_logits else logits[0]
 
     @cl_op
-    def _decode(self, token: int, start: int, cache: Sequence) -> np.ndarray:
-        rec = self._recording(cache)
-        rt, b, trace = self.rt, self.bufs, self._provider.trace
-        self._meta_host[0], self._meta_host[1] = token, start
-        rt.cl.enqueue_copy(rt.queue, b.meta.buffer, self._meta_host, is_blocking=False)
+    def _decode(self, items: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+        """Logits ``[n, vocab]`` of one token of each of ``items`` (caches reserved; the
+        caller advances them)."""
+        n = len(items)
+        b = self._bufs.get(n)
+        if b is None:
+            b = self._bufs[n] = StepBuffers(self._provider._alloc, self.config, n)
+        rec = self._recording([cache for _, cache in items], b)
+        rt, trace = self.rt, self._provider.trace
+        meta = np.array(
+            [int(ids[0]) for ids, _ in items] + [cache.length for _, cache in items], np.int32
+        )
+        rt.cl.enqueue_copy(rt.queue, b.meta.buffer, meta, is_blocking=False)
         rec.run()
-        logits = np.empty((1, self.config.vocab_size), dtype=np.float32)
+        logits = np.empty((n, self.config.vocab_size), dtype=np.float32)
         rt.cl.enqueue_copy(rt.queue, logits, b.logits.buffer, is_blocking=True)
         trace.submit(2 + rec.submissions)
         return logits
 
-    def _recording(self, cache: Sequence) -> StepRecording:
-        """The replayable step for this cache's arrays (built on first use).
+    def _recording(self, caches: list[Sequence], b: StepBuffers) -> StepRecording:
+        """The replayable step for these caches' arrays, in this order (built on first use).
 
         A sequence's per-layer lists of K and V arrays are replaced when its cache
         grows, so the lists (kept alive by the recording) identify the layout."""
-        key = (id(cache.k), id(cache.v))
+        key = tuple([(id(c.k), id(c.v)) for c in caches])
         rec = self._recordings.get(key)
         if rec is not None:
             self._recordings.move_to_end(key)
             return rec
-        # the sequence's cache grew: its layout before will not be replayed again
-        self._release(self._by_sequence.pop(cache.id, ()))
-        self._by_sequence = {
-            seq: k for seq, k in self._by_sequence.items() if k in self._recordings
-        }
-        self._by_sequence[cache.id] = key
-        capacity = int(cache.k[0].shape[0])
+        # a sequence's cache grew: the steps over its layout before will not be replayed
+        for c, layout in zip(caches, key, strict=True):
+            old = self._layouts.get(c.id)
+            if old is not None and old != layout:
+                for stale in [k for k in self._recordings if old in k]:
+                    self._release(stale)
+            self._layouts[c.id] = layout
+        live = {layout for k in self._recordings for layout in k} | set(key)
+        self._layouts = {seq: lay for seq, lay in self._layouts.items() if lay in live}
+        capacity = max(int(c.k[0].shape[0]) for c in caches)
         cs, _ = self._provider._rope_table(
             np.arange(capacity), self.config.rope_theta, max(self.config.rot_dim, 2)
         )
-        specs, keep = self._build_step(cache, cs)
+        specs, keep = self._build_step(caches, cs, b)
         try:
             rec = StepRecording(self.rt.queue, self._launches(specs), self._api, keep)
         except ProviderError as exc:  # the platform refused to record: replay from the loop
@@ -235,16 +272,18 @@ class OpenCLRunner(GenericRunner):
             self._spare_kernels.setdefault(ln.name, []).append(ln.kernel)
 
     # --- the launches of one decode step ---------------------------------------------------
-    def _build_step(self, cache: Sequence, cs: CLArray) -> tuple[list[tuple], list[Any]]:
-        cfg, b, rt, p = self.config, self.bufs, self.rt, self._provider
+    def _build_step(
+        self, caches: list[Sequence], cs: CLArray, b: StepBuffers
+    ) -> tuple[list[tuple], list[Any]]:
+        cfg, rt, p = self.config, self.rt, self._provider
         hidden, eps = cfg.hidden_size, _f32(cfg.rms_norm_eps)
         hq, hkv, d, f = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
         acc = 8 if rt.features.fp64 else 4
-        capacity = int(cache.k[0].shape[0])
-        splits = split_count(capacity)
-        span = -(-capacity // splits)
+        n = len(caches)
+        splits = [split_count(int(c.k[0].shape[0])) for c in caches]
+        spans = [-(-int(c.k[0].shape[0]) // s) for c, s in zip(caches, splits, strict=True)]
         launches: list[tuple] = []  # (name, args, gsize, lsize)
-        keep: list[Any] = [cache.k, cache.v, cs]
+        keep: list[Any] = [cs, *[c.k for c in caches], *[c.v for c in caches]]
 
         def launch(name: str, gsize: tuple[int, ...], lsize: tuple[int, ...] | None, *args):
             args = tuple(a.buffer if isinstance(a, CLArray) else a for a in args)
@@ -256,12 +295,15 @@ class OpenCLRunner(GenericRunner):
         def norm_quant(x: CLArray, w: CLArray, xq: CLArray, xs: CLArray) -> None:
             k = x.shape[-1]
             lsz = norm_group("rmsnorm_quant", k)
-            launch("rmsnorm_quant", (lsz,), (lsz,), x, w, xq, xs, _i32(k), eps, p._local(lsz * acc))
+            launch(
+                "rmsnorm_quant", (lsz * n,), (lsz,), x, w, xq, xs, _i32(k), eps,
+                p._local(lsz * acc),
+            )  # fmt: skip
 
         def gemv(w: OpenCLWeight, xq: CLArray, xs: CLArray, y: CLArray, add: bool) -> None:
             name = "gemv_i2s_add" if add else "gemv_i2s"
             lanes, wg = rt.row_plan(name, w.blocks_per_row)
-            grid = (-(-w.rows // (wg // lanes)) * wg, 1)
+            grid = (-(-w.rows // (wg // lanes)) * wg, n)
             launch(
                 name, grid, (wg, 1), w.packed, _i32(w.blocks_per_row), xq, xs, w.scales, y,
                 _i32(w.rows), _i32(w.cols), _i32(lanes), p._local(wg * 4),
@@ -269,50 +311,52 @@ class OpenCLRunner(GenericRunner):
 
         emb = self.weights.embedding
         emb_name = "embedding_f16" if emb.dtype == np.float16 else "embedding_f32"
-        launch(emb_name, (hidden, 1), None, emb, b.meta, b.x, _i32(hidden))
+        launch(emb_name, (hidden, n), None, emb, b.meta, b.x, _i32(hidden))
         neox = _i32(1 if cfg.rope_style == "neox" else 0)
-        attn_lsz = norm_group("attn_split", span)
         merge_lsz = norm_group("attn_merge_norm_quant", hq * d)
-        f16 = "_f16" if cache.k[0].dtype == np.float16 else ""
+        f16 = "_f16" if caches[0].k[0].dtype == np.float16 else ""  # one runner, one dtype
         for i, lw in enumerate(self.layers):
-            kc, vc = cache.layer(i)
             norm_quant(b.x, lw.attn_norm, b.xq, b.xs)
             gemv(lw.qkv, b.xq, b.xs, b.qkv, add=False)
-            launch(
-                "rope_store" + f16, (d, hq + 2 * hkv), None, b.qkv, cs, b.meta, _i32(1), b.q, kc, vc,
-                _i32(hq), _i32(hkv), _i32(d), _i32(cfg.rot_dim), neox,
-            )  # fmt: skip
-            launch(
-                "attn_split" + f16, (attn_lsz * hq, splits), (attn_lsz, 1), b.q, kc, vc, b.meta,
-                _i32(1), b.po, b.pml, _i32(hq), _i32(hkv), _i32(d), _f32(1.0 / math.sqrt(d)),
-                _i32(span), p._local(d * 4), p._local(d * 4), p._local(attn_lsz * 4),
-                p._local(attn_lsz * 4),
-            )  # fmt: skip
-            launch(
-                "attn_merge_norm_quant", (merge_lsz,), (merge_lsz,), b.po, b.pml, b.att,
-                lw.attn_sub_norm, b.aq, b.as_, _i32(hq), _i32(d), _i32(splits), eps,
-                p._local(merge_lsz * acc),
-            )  # fmt: skip
+            for j, cache in enumerate(caches):
+                kc, vc = cache.layer(i)
+                part0 = _i32(j * hq * MAX_SPLITS)
+                attn_lsz = norm_group("attn_split", spans[j])
+                launch(
+                    "rope_store" + f16, (d, hq + 2 * hkv), None, b.qkv, cs, b.meta, _i32(n + j),
+                    _i32(j), b.q, kc, vc, _i32(hq), _i32(hkv), _i32(d), _i32(cfg.rot_dim), neox,
+                )  # fmt: skip
+                launch(
+                    "attn_split" + f16, (attn_lsz * hq, splits[j]), (attn_lsz, 1), b.q, kc, vc,
+                    b.meta, _i32(n + j), _i32(j), part0, b.po, b.pml, _i32(hq), _i32(hkv),
+                    _i32(d), _f32(1.0 / math.sqrt(d)), _i32(spans[j]), p._local(d * 4),
+                    p._local(d * 4), p._local(attn_lsz * 4), p._local(attn_lsz * 4),
+                )  # fmt: skip
+                launch(
+                    "attn_merge_norm_quant", (merge_lsz,), (merge_lsz,), b.po, b.pml, b.att,
+                    lw.attn_sub_norm, b.aq, b.as_, _i32(hq), _i32(d), _i32(splits[j]), eps,
+                    _i32(j), part0, p._local(merge_lsz * acc),
+                )  # fmt: skip
             gemv(lw.o, b.aq, b.as_, b.x, add=True)
             norm_quant(b.x, lw.ffn_norm, b.xq, b.xs)
             gemv(lw.gate_up, b.xq, b.xs, b.gu, add=False)
             lsz = norm_group("act_norm_quant", f)
             launch(
-                "act_norm_quant", (lsz,), (lsz,), b.gu, b.f, lw.ffn_sub_norm, b.fq, b.fs, _i32(f),
+                "act_norm_quant", (lsz * n,), (lsz,), b.gu, b.f, lw.ffn_sub_norm, b.fq, b.fs, _i32(f),
                 _i32(0 if cfg.ffn_activation == "silu" else 1), eps, p._local(lsz * acc),
             )  # fmt: skip
             gemv(lw.down, b.fq, b.fs, b.x, add=True)
         lsz = norm_group("rmsnorm", hidden)
         launch(
-            "rmsnorm", (lsz,), (lsz,), b.x, self.weights.output_norm, b.head_x, _i32(hidden),
+            "rmsnorm", (lsz * n,), (lsz,), b.x, self.weights.output_norm, b.head_x, _i32(hidden),
             eps, p._local(lsz * acc),
         )  # fmt: skip
         head = self.weights.head
         name = "dense_f16" if head.dtype == np.float16 else "dense_f32"
-        n, k = head.shape
+        vocab, k = head.shape
         lanes, wg = rt.row_plan(name, max(1, k // 4))
         launch(
-            name, (-(-n // (wg // lanes)) * wg, 1), (wg, 1), b.head_x, head, b.logits,
-            _i32(n), _i32(k), _i32(1), _i32(lanes), p._local(wg * 4),
+            name, (-(-vocab // (wg // lanes)) * wg, -(-n // DENSE_TOKENS)), (wg, 1), b.head_x,
+            head, b.logits, _i32(vocab), _i32(k), _i32(n), _i32(lanes), p._local(wg * 4),
         )  # fmt: skip
         return launches, keep

@@ -236,7 +236,9 @@ class VulkanProvider(
         self._run(
             "attention",
             [q, k_cache, v_cache, out, self._step_value(start)],
-            pack_push("IIIIf", geo.tokens, geo.heads, geo.kv_heads, geo.dim, geo.scale),
+            pack_push(  # splits 1, first row 0, stride 1 (the fused runner's batched step)
+                "IIIIfIII", geo.tokens, geo.heads, geo.kv_heads, geo.dim, geo.scale, 1, 0, 1
+            ),
             (self._groups(geo.tokens * geo.heads, 1), 1, 1),
             (wg, int(k_cache.dtype == np.float16)),
         )

@@ -27,6 +27,17 @@ the token id and position, one ``vkQueueSubmit``, one fence wait and a copy of
 the logits. Prefill (several tokens) runs the same shaders, recorded for that
 call (split count 1).
 
+``forward_batch`` (the server's step) runs the sequences of one step as one
+recorded step: embedding, norms and matmuls on all their rows (the weights read
+once for the n tokens), then per sequence ``rope_store``, ``attention_split``
+and the combine over its own cache at its own position (``first``: its rows in
+the step, its position at ``positions[first]``; its own split count, so each row
+equals the sequence decoded alone bit for bit). A step of decode tokens only is
+recorded once per tuple of the sequences' cache layouts and replayed while the
+composition holds (a sequence joining, leaving or growing its cache records
+another; the least recently used are dropped): one ``vkQueueSubmit`` a step. A
+step with a prompt chunk in it is recorded for that call.
+
 ``BITNET_VULKAN_FUSED=0`` keeps the generic engine; ``quantize_activations=False``
 always takes it (float matmuls, for debugging). The fused shaders need subgroup
 arithmetic and an even head dim; elsewhere the generic engine runs and the
@@ -37,6 +48,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -56,6 +68,16 @@ KEYS_PER_SPLIT = 64  # cache rows per split of the decode attention
 MAX_SPLITS = 16
 MAX_PROGRAMS = 16  # recorded decode steps kept (sequences x layouts; least recently used dropped)
 NORM_MODES = {"plain": 0, "silu": 1, "relu2": 2, "combine": 3}
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One sequence's rows of a step: ``first .. first + tokens - 1``, attention in ``splits``."""
+
+    first: int
+    tokens: int
+    cache: Sequence
+    splits: int
 
 
 def split_count(capacity: int) -> int:
@@ -118,8 +140,8 @@ class VulkanRunner(GenericRunner):
         self.fused = self.quantize_activations and reason is None
         if self.quantize_activations and reason is not None:
             provider.trace.fallback(f"vulkan: fused forward pass unavailable ({reason})")
-        self._programs: OrderedDict[tuple, tuple[Program, StepBuffers]] = OrderedDict()
-        self._decode_bufs: StepBuffers | None = None
+        self._programs: OrderedDict[tuple, tuple[Program, np.ndarray]] = OrderedDict()
+        self._decode_bufs: dict[int, tuple[StepBuffers, VulkanArray]] = {}  # by batch size
         if not self.fused:
             return
         self.stream = provider.stream
@@ -134,9 +156,10 @@ class VulkanRunner(GenericRunner):
         ang = np.arange(cfg.context_length, dtype=np.float64)[:, None] * inv_freq[None, :]
         self._cos = provider.to_device(np.cos(ang).astype(np.float32).reshape(-1) if half else [0])
         self._sin = provider.to_device(np.sin(ang).astype(np.float32).reshape(-1) if half else [0])
-        self._pos = self._host_array((1,), np.uint32)
+        # positions[first] is a step's sequence's position; last rows: its logits rows
+        self._pos = self._host_array((self.max_batch,), np.uint32)
         self._ids = self._host_array((self.max_batch,), np.int32)
-        self._last_row = self._host_array((1,), np.int32)
+        self._last_row = self._host_array((self.max_batch,), np.int32)
         self._logits = self._host_array((1, cfg.vocab_size), np.float32)
         self._pos_h, self._ids_h, self._last_h, self._logits_h = (
             self._view(a) for a in (self._pos, self._ids, self._last_row, self._logits)
@@ -163,73 +186,115 @@ class VulkanRunner(GenericRunner):
     def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
         if not self.fused:
             return super()._forward(ids, cache, all_logits)
-        t, start = int(ids.size), cache.length
-        cache.reserve(start + t)
-        self._pos_h[0] = start
-        self._ids_h[:t] = ids
-        rows = t if all_logits else 1
+        t = int(ids.size)
+        cache.reserve(cache.length + t)
         if t == 1:
-            program, b = self._decode_program(cache)
-            self.stream.run_program(program)
-            out = self._logits_h.copy()
+            out = self._step([(ids, cache)])
         else:
-            self._last_h[0] = t - 1
-            b = StepBuffers(self._provider, self.config, t, rows, 1)
+            out = self._step([(ids, cache)], rows=t if all_logits else 1)
+        return out if all_logits else out[-1]
+
+    def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+        """One recorded step for all the sequences (at most ``max_batch`` tokens a step;
+        beyond that, the decode tokens in steps of their own and each longer chunk alone)."""
+        if not self.fused:
+            return super()._forward_batch(batch)
+        if sum(int(ids.size) for ids, _ in batch) <= self.max_batch:
+            return self._step(batch)
+        rows: list[Any] = [None] * len(batch)
+        decoding = [j for j, (ids, _) in enumerate(batch) if ids.size == 1]
+        for i in range(0, len(decoding), self.max_batch):
+            part = decoding[i : i + self.max_batch]
+            for j, row in zip(part, self._step([batch[j] for j in part]), strict=True):
+                rows[j] = row
+        for j, (ids, cache) in enumerate(batch):
+            if rows[j] is None:
+                for i in range(0, ids.size, self.max_batch):
+                    rows[j] = self._step([(ids[i : i + self.max_batch], cache)])[0]
+        return np.stack(rows)
+
+    def _step(self, items: list[tuple[np.ndarray, Sequence]], rows: int = 0) -> np.ndarray:
+        """Run ``items`` (their caches reserved) as one step; float32 logits ``[rows, vocab]``:
+        each sequence's last token (``rows`` 0), or all ``rows`` tokens of a single item."""
+        segments, first = [], 0
+        for j, (ids, cache) in enumerate(items):
+            t = int(ids.size)
+            splits = split_count(cache.k[0].shape[0]) if t == 1 else 1
+            segments.append(Segment(first, t, cache, splits))
+            self._pos_h[first] = cache.length
+            self._ids_h[first : first + t] = ids
+            self._last_h[j] = first + t - 1
+            first += t
+        if first == len(items):  # decode tokens only: the recorded step of this composition
+            program, logits = self._decode_program(segments)
+            self.stream.run_program(program)
+            out = logits.copy()
+        else:
+            rows = rows or len(items)
+            stride = max(s.splits for s in segments)
+            b = StepBuffers(self._provider, self.config, first, rows, stride)
             logits_arr = self._provider._new((rows, self.config.vocab_size))
-            program = self._record(b, cache, logits_arr, 1)
+            program = self._record(b, segments, logits_arr, stride)
             try:
                 self.stream.run_program(program)
             finally:
                 self.stream.free_program(program)
             out = np.asarray(self._provider.to_host(logits_arr), dtype=np.float32)
-        cache.advance(t)
-        return out if all_logits else out[-1]
+        for s in segments:
+            s.cache.advance(s.tokens)
+        return out
 
-    def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
-        """Fused: the sequences one after the other (chunks of ``max_batch``); else generic."""
-        if not self.fused:
-            return super()._forward_batch(batch)
-        rows = []
-        for ids, cache in batch:
-            for i in range(0, ids.size, self.max_batch):
-                last = self._forward(ids[i : i + self.max_batch], cache, False)
-            rows.append(last)
-        return np.stack(rows)
-
-    def _decode_program(self, cache: Sequence) -> tuple[Program, StepBuffers]:
-        """The recorded decode step for this cache's buffers (recorded on first use)."""
-        kc0 = cache.k[0]
-        splits = split_count(kc0.shape[0])
-        key = (
+    @staticmethod
+    def _layout(segment: Segment) -> tuple:
+        """What a recorded step depends on in one sequence: its cache's buffers and splits."""
+        cache = segment.cache
+        return (
             tuple([a.lease.buffer.key for a in cache.k]),
             tuple([a.lease.buffer.key for a in cache.v]),
-            kc0.shape,
-            kc0.dtype.itemsize,
-            splits,
+            cache.k[0].shape,
+            cache.k[0].dtype.itemsize,
+            segment.splits,
         )
+
+    def _decode_program(self, segments: list[Segment]) -> tuple[Program, np.ndarray]:
+        """The recorded decode step of these sequences' caches, in this order (recorded on
+        first use), and the host view of its logits."""
+        key = tuple([self._layout(s) for s in segments])
         found = self._programs.get(key)
         if found is not None and found[0].generation == self.stream.generation:
             self._programs.move_to_end(key)
             return found
         if found is not None:  # its descriptor sets were freed: record it again
             self.stream.free_program(self._programs.pop(key)[0])
-        if self._decode_bufs is None:
-            self._decode_bufs = StepBuffers(self._provider, self.config, 1, 1, MAX_SPLITS)
-        b = self._decode_bufs
-        program = self._record(b, cache, self._logits, splits)
-        self._programs[key] = (program, b)
+        n = len(segments)
+        bufs = self._decode_bufs.get(n)
+        if bufs is None:
+            logits = (
+                self._logits
+                if n == 1
+                else self._host_array((n, self.config.vocab_size), np.float32)
+            )
+            bufs = self._decode_bufs[n] = (
+                StepBuffers(self._provider, self.config, n, n, MAX_SPLITS),
+                logits,
+            )
+        b, logits = bufs
+        program = self._record(b, segments, logits, max(s.splits for s in segments))
+        found = self._programs[key] = (program, self._view(logits))
         if len(self._programs) > MAX_PROGRAMS:
             self.stream.free_program(self._programs.popitem(last=False)[1][0])
-        return program, b
+        return found
 
-    def _record(self, b: StepBuffers, cache: Sequence, logits: VulkanArray, splits: int) -> Program:
-        """Record a forward pass of ``b.t`` tokens into a program (again if sets were reset)."""
+    def _record(
+        self, b: StepBuffers, segments: list[Segment], logits: VulkanArray, stride: int
+    ) -> Program:
+        """Record a step of ``b.t`` tokens into a program (again if sets were reset)."""
         stream = self.stream
         if stream.recording:
             stream.flush()
         for _ in range(2):
             generation = stream.generation
-            self._dispatch_step(b, cache, logits, splits)
+            self._dispatch_step(b, segments, logits, stride)
             program = stream.record_program()
             if program.generation == generation:
                 return program
@@ -251,11 +316,22 @@ class VulkanRunner(GenericRunner):
         p.trace.kernel(shader)
 
     def _norm_quant(
-        self, mode: str, x: Any, g: Any, xq: Any, xs: Any, rows: int, cols: int, splits: int = 1
+        self,
+        mode: str,
+        x: Any,
+        g: Any,
+        xq: Any,
+        xs: Any,
+        rows: int,
+        cols: int,
+        seg: Segment | None = None,
+        stride: int = 1,
     ) -> None:
-        words = xq.nbytes // max(rows, 1) // 4
-        d = self.config.head_dim
-        push = pack_push("IIIfII", rows, cols, words, float(self.config.rms_norm_eps), d, splits)
+        """Rows ``0 .. rows - 1``, or the combine of ``seg``'s rows (its splits, ``stride``)."""
+        words = xq.nbytes // max(xq.shape[0], 1) // 4
+        d, eps = self.config.head_dim, float(self.config.rms_norm_eps)
+        first, splits = (seg.first, seg.splits) if seg is not None else (0, 1)
+        push = pack_push("IIIfIIII", rows, cols, words, eps, d, splits, first, stride)
         groups = (self._provider._groups(rows, self._rows_per_group), 1, 1)
         self._run("norm_quant", [x, g, xq, xs], push, groups, (self._row_wg, NORM_MODES[mode]))
 
@@ -267,40 +343,42 @@ class VulkanRunner(GenericRunner):
         self._run(shader, [xq, xs, w.codes, w.scales, y], push, groups, (*spec, int(add)))
 
     def _dispatch_step(
-        self, b: StepBuffers, cache: Sequence, logits: VulkanArray, splits: int
+        self, b: StepBuffers, segments: list[Segment], logits: VulkanArray, stride: int
     ) -> None:
-        """Every dispatch of a forward pass of ``b.t`` tokens, attention in ``splits`` parts."""
+        """Every dispatch of a step of ``b.t`` tokens: norms and matmuls on all rows, rope,
+        KV store, attention and its combine per segment (``stride``: its split records a row)."""
         p, cfg, w = self._provider, self.config, self.weights
         t, hidden, f = b.t, cfg.hidden_size, cfg.intermediate_size
         hq, hkv, d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         p.launch_embedding(w.embedding, self._ids, b.x, t)
-        f16 = int(cache.k[0].dtype == np.float16)
-        pairs = t * (hq + 2 * hkv) * (d // 2)
-        rope_push = pack_push("IIIII", t, hq, hkv, d, cfg.rot_dim)
+        f16 = int(segments[0].cache.k[0].dtype == np.float16)  # one runner, one cache dtype
         rope_spec = (ELEMENTWISE_WG, int(cfg.rope_style == "neox"), f16)
-        rope_groups = (p._groups(pairs, ELEMENTWISE_WG), 1, 1)
-        attn_push = pack_push("IIIIfI", t, hq, hkv, d, 1.0 / math.sqrt(d), splits)
-        attn_groups = (p._groups(t * hq * splits, 1), 1, 1)
+        scale = 1.0 / math.sqrt(d)
         act = "silu" if cfg.ffn_activation == "silu" else "relu2"
         for i, lw in enumerate(w.layers):
-            kc, vc = cache.layer(i)
             self._norm_quant("plain", b.x, lw.attn_norm, b.xq, b.xs, t, hidden)
             self._matmul(self.qkv[i], b.xq, b.xs, b.qkv, t, add=False)
-            self._run(
-                "rope_store",
-                [b.qkv, self._cos, self._sin, b.q, kc, vc, self._pos],
-                rope_push,
-                rope_groups,
-                rope_spec,
-            )
-            self._run(
-                "attention_split",
-                [b.q, kc, vc, b.parts, self._pos],
-                attn_push,
-                attn_groups,
-                (self._attn_wg, f16),
-            )
-            self._norm_quant("combine", b.parts, lw.attn_sub_norm, b.aq, b.as_, t, hq * d, splits)
+            for s in segments:
+                kc, vc = s.cache.layer(i)
+                pairs = s.tokens * (hq + 2 * hkv) * (d // 2)
+                self._run(
+                    "rope_store",
+                    [b.qkv, self._cos, self._sin, b.q, kc, vc, self._pos],
+                    pack_push("IIIIII", s.tokens, hq, hkv, d, cfg.rot_dim, s.first),
+                    (p._groups(pairs, ELEMENTWISE_WG), 1, 1),
+                    rope_spec,
+                )
+                self._run(
+                    "attention_split",
+                    [b.q, kc, vc, b.parts, self._pos],
+                    pack_push("IIIIfIII", s.tokens, hq, hkv, d, scale, s.splits, s.first, stride),
+                    (p._groups(s.tokens * hq * s.splits, 1), 1, 1),
+                    (self._attn_wg, f16),
+                )
+            for s in segments:
+                self._norm_quant(
+                    "combine", b.parts, lw.attn_sub_norm, b.aq, b.as_, s.tokens, hq * d, s, stride
+                )
             self._matmul(lw.o, b.aq, b.as_, b.x, t, add=True)
             self._norm_quant("plain", b.x, lw.ffn_norm, b.xq, b.xs, t, hidden)
             self._matmul(self.gate_up[i], b.xq, b.xs, b.gu, t, add=False)

@@ -26,6 +26,15 @@ mappable buffer and one ``queue.submit``; nothing is allocated. A prompt runs
 as one such pass per token, 64 tokens a submission (each pass's inputs copied
 from a buffer written once). ``BITNET_WEBGPU_FUSED=0`` keeps the generic
 engine; ``quantize_activations=False`` always does.
+
+``forward_batch`` (the server's step) decodes the sequences that bring one
+token each in one pass: the norms, matmuls and head on all n rows, then
+``rope_store``, ``attn_split`` and ``attn_combine_norm_quant`` per sequence
+(its row, where its position and length are in the input buffer, where its
+partials start, its own split count: each row equals the sequence decoded
+alone bit for bit), from a plan built once per tuple of the sequences' cache
+layouts: one submission a step. A sequence with a prompt chunk runs its own
+prefill in the same call.
 """
 
 from __future__ import annotations
@@ -95,30 +104,35 @@ def fuse_ternary(dev: Device, parts: list[GpuTernary]) -> FusedTernary:
 
 
 class StepBuffers:
-    """Every buffer a one-token step writes, made once per backend."""
+    """Every buffer a step of ``n`` one-token sequences writes, made once per batch size.
 
-    def __init__(self, dev: Device, cfg: Any) -> None:
+    The input buffer holds the n token ids, then each sequence's (position, length)
+    (one sequence: token, position, length, as ``INPUT_BYTES``); sequence ``j``'s
+    attention partials start at ``j * hq * MAX_SPLITS``."""
+
+    def __init__(self, dev: Device, cfg: Any, n: int = 1) -> None:
         hidden, hq, hkv, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         f = cfg.intermediate_size
 
         def buf(nbytes: int) -> Any:
             return dev._create_buffer(max(16, -(-nbytes // 16) * 16))
 
-        self.inp = buf(INPUT_BYTES)
-        self.x, self.head_x = buf(hidden * 4), buf(hidden * 4)
-        self.xq, self.aq, self.fq = (buf(q8_words(k) * 4) for k in (hidden, hq * d, f))
-        self.xs, self.as_, self.fs = (buf(4) for _ in range(3))  # scales of the int8 rows
-        self.xsum, self.asum, self.fsum = (buf(4) for _ in range(3))  # their sums
-        self.qkv = buf((hq + 2 * hkv) * d * 4)
-        self.q = buf(hq * d * 4)
-        self.part_m, self.part_l = buf(hq * MAX_SPLITS * 4), buf(hq * MAX_SPLITS * 4)
-        self.part_acc = buf(hq * MAX_SPLITS * d * 4)
-        self.gu = buf(2 * f * 4)
+        self.n = n
+        self.inp = buf(max(INPUT_BYTES, 3 * n * 4))
+        self.x, self.head_x = buf(n * hidden * 4), buf(n * hidden * 4)
+        self.xq, self.aq, self.fq = (buf(n * q8_words(k) * 4) for k in (hidden, hq * d, f))
+        self.xs, self.as_, self.fs = (buf(n * 4) for _ in range(3))  # scales of the int8 rows
+        self.xsum, self.asum, self.fsum = (buf(n * 4) for _ in range(3))  # their sums
+        self.qkv = buf(n * (hq + 2 * hkv) * d * 4)
+        self.q = buf(n * hq * d * 4)
+        self.part_m, self.part_l = (buf(n * hq * MAX_SPLITS * 4) for _ in range(2))
+        self.part_acc = buf(n * hq * MAX_SPLITS * d * 4)
+        self.gu = buf(n * 2 * f * 4)
         self.logits_bytes = cfg.vocab_size * 4
-        self.logits = buf(self.logits_bytes)
+        self.logits = buf(n * self.logits_bytes)
         BU = dev.wgpu.BufferUsage
         self.readback = dev.device.create_buffer(
-            size=self.logits_bytes, usage=BU.MAP_READ | BU.COPY_DST
+            size=n * self.logits_bytes, usage=BU.MAP_READ | BU.COPY_DST
         )
 
 
@@ -244,13 +258,14 @@ class WebGPURunner(GenericRunner):
             )
             self.fused = False
         self._plans: OrderedDict[tuple[Any, ...], StepPlan] = OrderedDict()
-        self._plan_of: dict[int, tuple[Any, ...]] = {}  # id(sequence) -> its latest plan's key
+        self._layout_of: dict[int, tuple[Any, ...]] = {}  # id(sequence) -> its latest layout
         self.plans_built = 0
         if not self.fused:
             return
         self.dev = dev = provider.dev
         self.layers = fused_layers(self.weights, lambda ws: fuse_ternary(dev, ws))
         self.bufs = StepBuffers(dev, cfg)
+        self._batch_bufs: dict[int, StepBuffers] = {}  # batched decode steps, by batch size
         self._input = np.zeros(INPUT_BYTES // 4, dtype=np.uint32)
         self.native = NativeEncoder.load(provider.trace) if env_enabled(ENV_NATIVE) else None
         self._map_mode: Any = "READ_NOSYNC"
@@ -261,7 +276,7 @@ class WebGPURunner(GenericRunner):
             return super()._forward(ids, cache, all_logits)
         t, start = int(ids.size), cache.length
         cache.reserve(start + t)
-        plan = self._plan(cache)
+        plan = self._plan([cache], self.bufs)
         if t == 1:
             logits = self._decode(plan, int(ids[0]), start)[None]
         else:
@@ -281,6 +296,53 @@ class WebGPURunner(GenericRunner):
         queue.submit([encoder.finish()])
         self._provider.trace.submit()
         return self._read(b.readback, b.logits_bytes)
+
+    def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+        """The sequences with one new token in one pass; a longer chunk (a prompt) runs
+        its own prefill in the same call."""
+        if not self.fused:
+            return super()._forward_batch(batch)
+        rows: list[Any] = [None] * len(batch)
+        decoding = [j for j, (ids, _) in enumerate(batch) if ids.size == 1]
+        if len(decoding) > 1:
+            items = [batch[j] for j in decoding]
+            logits = self._decode_batch(items)
+            for (_, cache), j, row in zip(items, decoding, logits, strict=True):
+                cache.advance(1)
+                rows[j] = row
+        for j, (ids, cache) in enumerate(batch):
+            if rows[j] is None:
+                for i in range(0, ids.size, self.max_batch):
+                    rows[j] = self._forward(ids[i : i + self.max_batch], cache, False)
+        return np.stack(rows)
+
+    def _decode_batch(self, items: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+        """Logits ``[n, vocab]`` of one token of each sequence (caches reserved; the caller
+        advances them): one pass, one submission."""
+        n = len(items)
+        b = self._batch_bufs.get(n)
+        if b is None:
+            b = self._batch_bufs[n] = StepBuffers(self.dev, self.config, n)
+        caches = [cache for _, cache in items]
+        plan = self._plan(caches, b)
+        dev = self.dev
+        dev.flush()  # recorded provider work (a KV cache that grew) goes first
+        starts = np.array([c.length for c in caches], dtype=np.uint32)
+        inp = np.concatenate(
+            [
+                np.array([int(ids[0]) for ids, _ in items], dtype=np.uint32),
+                np.stack([starts, starts + 1], axis=1).reshape(-1),
+            ]
+        )
+        queue = dev.device.queue
+        queue.write_buffer(b.inp, 0, inp)
+        encoder = dev.device.create_command_encoder()
+        self._encode(encoder, plan)
+        nbytes = n * b.logits_bytes
+        encoder.copy_buffer_to_buffer(b.logits, 0, b.readback, 0, nbytes)
+        queue.submit([encoder.finish()])
+        self._provider.trace.submit()
+        return self._read(b.readback, nbytes).reshape(n, -1)
 
     def _prefill(self, plan: StepPlan, ids: np.ndarray, start: int, all_logits: bool) -> np.ndarray:
         """One pass a token, a submission per ``PREFILL_SUBMIT_TOKENS``; every token's logits
@@ -349,26 +411,35 @@ class WebGPURunner(GenericRunner):
             readback.unmap()
 
     # --- step plans -------------------------------------------------------------------
-    def _plan(self, cache: Sequence) -> StepPlan:
-        """The step plan of this cache's buffers (built on first use, kept LRU).
-
-        A sequence whose cache grew gets a new plan and its old one goes (the
-        old plan's bind groups would keep the old cache's memory).
-        """
+    @staticmethod
+    def _layout(cache: Sequence) -> tuple[Any, ...]:
+        """What a plan depends on in one sequence: its cache's buffers, shape and kind."""
         key = tuple(id(_raw(a.buffer)) for a in (*cache.k, *cache.v))
-        key += (tuple(cache.k[0].shape), cache.k[0].kind)
+        return (*key, tuple(cache.k[0].shape), cache.k[0].kind)
+
+    def _plan(self, caches: list[Sequence], b: StepBuffers) -> StepPlan:
+        """The step plan of these caches' buffers, in this order (built on first use, kept
+        LRU).
+
+        A sequence whose cache grew gets new plans and the plans over its old
+        layout go (their bind groups would keep the old cache's memory).
+        """
+        key = tuple(self._layout(c) for c in caches)
         plan = self._plans.get(key)
         if plan is not None:
             self._plans.move_to_end(key)
             return plan
-        plan = self._build_plan(cache)
+        plan = self._build_plan(caches, b)
         self.plans_built += 1
-        old = self._plan_of.get(id(cache))
-        if old is not None:
-            self._plans.pop(old, None)
-        self._plan_of[id(cache)] = key
-        if len(self._plan_of) > 4 * MAX_PLANS:  # sequences long closed
-            self._plan_of = {s: k for s, k in self._plan_of.items() if k in self._plans}
+        for cache, layout in zip(caches, key, strict=True):
+            old = self._layout_of.get(id(cache))
+            if old is not None and old != layout:
+                for stale in [k for k in self._plans if old in k]:
+                    del self._plans[stale]
+            self._layout_of[id(cache)] = layout
+        if len(self._layout_of) > 4 * MAX_PLANS:  # sequences long closed
+            live = {layout for k in self._plans for layout in k} | set(key)
+            self._layout_of = {s: lay for s, lay in self._layout_of.items() if lay in live}
         self._plans[key] = plan
         if len(self._plans) > MAX_PLANS:
             self._plans.popitem(last=False)
@@ -377,76 +448,87 @@ class WebGPURunner(GenericRunner):
             trace.kernel(name)
         return plan
 
-    def _build_plan(self, cache: Sequence) -> StepPlan:
-        cfg, dev, b, p = self.config, self.dev, self.bufs, self._provider
+    def _build_plan(self, caches: list[Sequence], b: StepBuffers) -> StepPlan:
+        cfg, dev, p = self.config, self.dev, self._provider
         u32 = np.uint32
         hidden, hq, hkv, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         f, qdim = cfg.intermediate_size, hq * d
         eps = np.float32(cfg.rms_norm_eps).view(u32)
-        f16 = cache.k[0].kind == "f16"
+        f16 = caches[0].k[0].kind == "f16"  # one runner, one cache kind
         cache_defs = frozenset({"F16"}) if f16 else frozenset()
-        splits = split_count(int(cache.k[0].shape[0]), self.keys_per_split)
+        n = len(caches)
+        splits = [split_count(int(c.k[0].shape[0]), self.keys_per_split) for c in caches]
+        # sequence j: its row, where its position and length are, where its partials start
+        at = [1] if n == 1 else [n + 2 * j for j in range(n)]
+        part0 = [j * hq * MAX_SPLITS for j in range(n)]
         pb = PlanBuilder(dev)
 
-        for params, binding in p.embedding_params(self.weights.embedding, 1):
-            pb.add("embedding", params, [binding, b.inp, b.x], (-(-hidden // 64), 1, 1))
+        for params, binding in p.embedding_params(self.weights.embedding, n):
+            pb.add("embedding", params, [binding, b.inp, b.x], (-(-n * hidden // 64), 1, 1))
 
         def norm_quant(x: Any, g: GpuArray, k: int, out: tuple[Any, Any, Any]) -> None:
             params = np.array([k, q8_words(k), eps, 0], u32)
-            pb.add("rmsnorm_quant", params, [x, g.buffer, *out], (1, 1, 1))
+            pb.add("rmsnorm_quant", params, [x, g.buffer, *out], (n, 1, 1))
 
         def matmul(w: Any, xin: tuple[Any, Any, Any], k: int, y: Any, add: bool) -> None:
-            groups, defines = p.dev.matmul_grid(w.rows, 1)
+            groups, defines = p.dev.matmul_grid(w.rows, n)
             if dev.dot4:
                 defines |= {"DOT4"}
             if add:
                 defines |= {"ADD"}
-            params = np.array([w.rows, w.kw16, 1, q8_words(k), groups[0], 0, 0, 0], u32)
+            params = np.array([w.rows, w.kw16, n, q8_words(k), groups[0], 0, 0, 0], u32)
             pb.add("matmul_i2s", params, [w.words, w.scales, *xin, y], groups, defines)
 
-        rope = np.zeros(8, u32)
-        rope[:5] = (hq, hkv, d, cfg.rot_dim, 0 if cfg.rope_style == "neox" else 1)
-        rope[5] = np.float32(math.log2(cfg.rope_theta)).view(u32)
-        split_params = np.zeros(8, u32)
-        split_params[:4] = (hq, hkv, d, splits)
-        split_params[4] = np.float32(1.0 / math.sqrt(d)).view(u32)
-        combine = np.array([hq, d, splits, q8_words(qdim), eps, 0, 0, 0], u32)
+        rope, split_params, combine = [], [], []
+        for j in range(n):
+            r = np.zeros(8, u32)
+            r[:5] = (hq, hkv, d, cfg.rot_dim, 0 if cfg.rope_style == "neox" else 1)
+            r[5] = np.float32(math.log2(cfg.rope_theta)).view(u32)
+            r[6:] = (j, at[j])
+            rope.append(r)
+            sp = np.zeros(8, u32)
+            sp[:4] = (hq, hkv, d, splits[j])
+            sp[4] = np.float32(1.0 / math.sqrt(d)).view(u32)
+            sp[5:] = (j, at[j], part0[j])
+            split_params.append(sp)
+            combine.append(np.array([hq, d, splits[j], q8_words(qdim), eps, j, part0[j], 0], u32))
         act = np.array([f, q8_words(f), 0 if cfg.ffn_activation == "silu" else 1, eps], u32)
         x_in, a_in, f_in = (b.xq, b.xs, b.xsum), (b.aq, b.as_, b.asum), (b.fq, b.fs, b.fsum)
         parts = [b.part_m, b.part_l, b.part_acc]
+        rope_groups = (-(-(hq + 2 * hkv) * d // 2 // 64), 1, 1)
         for i, lw in enumerate(self.layers):
-            kc, vc = cache.layer(i)
             norm_quant(b.x, lw.attn_norm, hidden, x_in)
             matmul(lw.qkv, x_in, hidden, b.qkv, add=False)
-            rope_groups = (-(-(hq + 2 * hkv) * d // 2 // 64), 1, 1)
-            pb.add(
-                "rope_store",
-                rope,
-                [b.qkv, b.inp, b.q, kc.buffer, vc.buffer],
-                rope_groups,
-                cache_defs,
-            )
-            pb.add(
-                "attn_split",
-                split_params,
-                [b.q, kc.buffer, vc.buffer, b.inp, *parts],
-                (hq, splits, 1),
-                cache_defs,
-            )
-            pb.add(
-                "attn_combine_norm_quant",
-                combine,
-                [*parts, lw.attn_sub_norm.buffer, *a_in],
-                (1, 1, 1),
-            )
+            for j, cache in enumerate(caches):
+                kc, vc = cache.layer(i)
+                pb.add(
+                    "rope_store",
+                    rope[j],
+                    [b.qkv, b.inp, b.q, kc.buffer, vc.buffer],
+                    rope_groups,
+                    cache_defs,
+                )
+                pb.add(
+                    "attn_split",
+                    split_params[j],
+                    [b.q, kc.buffer, vc.buffer, b.inp, *parts],
+                    (hq, splits[j], 1),
+                    cache_defs,
+                )
+                pb.add(
+                    "attn_combine_norm_quant",
+                    combine[j],
+                    [*parts, lw.attn_sub_norm.buffer, *a_in],
+                    (1, 1, 1),
+                )
             matmul(lw.o, a_in, qdim, b.x, add=True)
             norm_quant(b.x, lw.ffn_norm, hidden, x_in)
             matmul(lw.gate_up, x_in, hidden, b.gu, add=False)
-            pb.add("act_norm_quant", act, [b.gu, lw.ffn_sub_norm.buffer, *f_in], (1, 1, 1))
+            pb.add("act_norm_quant", act, [b.gu, lw.ffn_sub_norm.buffer, *f_in], (n, 1, 1))
             matmul(lw.down, f_in, f, b.x, add=True)
         norm = np.zeros(4, u32)
-        norm[:3] = (hidden, 1, eps)
-        pb.add("rmsnorm", norm, [b.x, self.weights.output_norm.buffer, b.head_x], (1, 1, 1))
-        for params, binding, groups, defines in p.dense_params(self.weights.head, 1):
+        norm[:3] = (hidden, n, eps)
+        pb.add("rmsnorm", norm, [b.x, self.weights.output_norm.buffer, b.head_x], (n, 1, 1))
+        for params, binding, groups, defines in p.dense_params(self.weights.head, n):
             pb.add("matmul_dense", params, [binding, b.head_x, b.logits], groups, defines)
         return pb.build()

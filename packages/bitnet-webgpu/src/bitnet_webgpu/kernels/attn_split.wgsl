@@ -3,11 +3,13 @@
 // n = inp[2] (the length after this token) and c = ceil(n / splits), in tiles
 // of 64 keys with an online softmax, and writes its running max, sum and
 // unnormalised output row; attn_combine_norm_quant merges the splits. d <= 256.
-struct Params { hq: u32, hkv: u32, d: u32, splits: u32, scale: f32, p0: u32, p1: u32, p2: u32 }
+// In a batched step the query is row p.row of q, n = inp[p.at + 1] and the
+// partials start at p.part0 (one step: row 0, at 1, part0 0).
+struct Params { hq: u32, hkv: u32, d: u32, splits: u32, scale: f32, row: u32, at: u32, part0: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
 #include kv_cache
-@group(0) @binding(4) var<storage, read> inp: array<u32>;  // token, position, length
+@group(0) @binding(4) var<storage, read> inp: array<u32>;  // position, length at p.at
 @group(0) @binding(5) var<storage, read_write> part_m: array<f32>;
 @group(0) @binding(6) var<storage, read_write> part_l: array<f32>;
 @group(0) @binding(7) var<storage, read_write> part_acc: array<f32>;
@@ -21,11 +23,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let h = wg.x;
     let split = wg.y;
     let kvh = h / (p.hq / p.hkv);
-    let n = inp[2];
+    let n = inp[p.at + 1u];
     let c = (n + p.splits - 1u) / p.splits;
     let lo = split * c;
     let hi = min(lo + c, n);
-    let qb = h * p.d;
+    let qb = (p.row * p.hq + h) * p.d;
     var m = NEG;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
@@ -62,7 +64,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
         m = new_m;
         workgroupBarrier();
     }
-    let part = h * p.splits + split;
+    let part = p.part0 + h * p.splits + split;
     if (tid == 0u) {
         part_m[part] = m;
         part_l[part] = l;

@@ -1,12 +1,13 @@
 // Decode step, one token: rotate q and k of the fused qkv row
 // [(hq + 2 hkv) * d] (style 0 neox, 1 norm; dims past rot copied), write q to
-// `q` and k, v into the caches [S, hkv, d] at the position inp[1]. One
+// `q` and k, v into the caches [S, hkv, d] at the position inp[p.at]. In a
+// batched step the token is row p.row of qkv and q (one step: row 0, at 1). One
 // invocation per pair of elements (d is even), so an F16 cache (two halves
 // per u32) is written a word at a time.
-struct Params { hq: u32, hkv: u32, d: u32, rot: u32, style: u32, log2_theta: f32, p0: u32, p1: u32 }
+struct Params { hq: u32, hkv: u32, d: u32, rot: u32, style: u32, log2_theta: f32, row: u32, at: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> qkv: array<f32>;
-@group(0) @binding(2) var<storage, read> inp: array<u32>;  // token, position, length
+@group(0) @binding(2) var<storage, read> inp: array<u32>;  // position at p.at
 @group(0) @binding(3) var<storage, read_write> q: array<f32>;
 #ifdef F16
 @group(0) @binding(4) var<storage, read_write> kc: array<u32>;
@@ -42,8 +43,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (idx >= rows * pairs) { return; }
     let r = idx / pairs;
     let e = 2u * (idx % pairs);
-    let base = r * p.d;
-    let pos = inp[1];
+    let base = (p.row * rows + r) * p.d;
+    let pos = inp[p.at];
     var v0: f32; var v1: f32;
     if (r < p.hq + p.hkv) {
         v0 = rotated(base, e, f32(pos));
@@ -53,8 +54,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         v1 = qkv[base + e + 1u];
     }
     if (r < p.hq) {
-        q[base + e] = v0;
-        q[base + e + 1u] = v1;
+        let qo = (p.row * p.hq + r) * p.d + e;
+        q[qo] = v0;
+        q[qo + 1u] = v1;
         return;
     }
     let is_k = r < p.hq + p.hkv;
