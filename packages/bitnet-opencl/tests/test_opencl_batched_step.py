@@ -16,6 +16,12 @@ import pytest
 
 from bitnet_core.model import Model, random_weights
 from bitnet_core.model.kv_cache import KVCacheConfig
+from bitnet_core.testing.batching import (
+    check_batched_greedy,
+    check_prompt_chunk_beside_decodes,
+    check_scheduler_streams,
+    prefill_pairs,
+)
 from bitnet_core.testing.strict import strict_config
 from bitnet_opencl import runner as runner_module
 from bitnet_opencl.replay import COMMAND_BUFFER_EXT
@@ -51,11 +57,8 @@ def test_batched_decode_step_equals_each_sequence_alone(ocl, mode, kv, monkeypat
     )
     runner, trace = model.runner, model.provider.trace
     assert runner.fused
-    bseqs = [runner.new_cache() for _ in PROMPTS]
-    aseqs = [runner.new_cache() for _ in PROMPTS]
+    bseqs, aseqs = prefill_pairs(runner, PROMPTS)
     try:
-        for p, bs, as_ in zip(PROMPTS, bseqs, aseqs, strict=True):
-            np.testing.assert_array_equal(runner.forward(p, bs), runner.forward(p, as_))
         submissions, recorded = [], []
         for step in range(6):
             toks = [(step * 31 + 7 * j) % 300 for j in range(len(PROMPTS))]
@@ -86,85 +89,20 @@ def test_batched_decode_step_equals_each_sequence_alone(ocl, mode, kv, monkeypat
             assert (sum(trace.kernels.values()) > kernels) == (step == 0)
 
         # a prompt chunk in the same call: its own prefill, the decode tokens one step
-        with runner.new_cache() as new_b, runner.new_cache() as new_a:
-            got = runner.forward_batch([([5], bseqs[0]), ([9, 8, 7], new_b), ([6], bseqs[3])])
-            want = [runner.forward([5], aseqs[0]), runner.forward([9, 8, 7], new_a)]
-            want.append(runner.forward([6], aseqs[3]))
-            np.testing.assert_array_equal(got, np.stack(want))
-            assert new_b.length == 3
+        check_prompt_chunk_beside_decodes(runner, bseqs, aseqs)
     finally:
         for s in bseqs + aseqs:
             s.close()
 
 
 def test_batched_greedy_decode_equals_the_reference_engine(ocl):
-    weights = random_weights(strict_config("relu2", context=64), seed=17)
-    ref = Model.from_weights(weights, device="cpu-reference")
-    runner = Model.from_weights(weights, device="opencl").runner
-    prompts = [[5, 30, 17], [9, 8, 7, 6, 5, 4, 3], [42]]
-    want = [ref.generate_ids(p, max_tokens=10, temperature=0) for p in prompts]
-    seqs = [runner.new_cache() for _ in prompts]
-    try:
-        logits = runner.forward_batch(list(zip(prompts, seqs, strict=True)))
-        toks = [[int(row.argmax())] for row in logits]
-        for _ in range(9):
-            logits = runner.forward_batch([([t[-1]], s) for t, s in zip(toks, seqs, strict=True)])
-            for t, row in zip(toks, logits, strict=True):
-                t.append(int(row.argmax()))
-    finally:
-        for s in seqs:
-            s.close()
-    assert toks == want
+    """Greedy tokens of three sequences decoded in batched steps equal the CPU reference's."""
+    check_batched_greedy("opencl", random_weights(strict_config("relu2", context=64), seed=17))
 
 
 def test_scheduler_streams_equal_solo_generation(ocl, tmp_path):
-    """The server's scheduler on this backend: five requests submitted at once (prompts
-    chunked, decode tokens batched); each stream's text equals its solo greedy run."""
-    import asyncio
-
-    from bitnet_core.config import BitNetConfig
-    from bitnet_core.model.api import load
-    from bitnet_core.model.generation import generate_tokens, stream_text
-    from bitnet_core.model.random import random_model_file
-    from bitnet_core.model.sampling import SamplingParams
-    from bitnet_core.server.scheduler import DONE, Scheduler
-
-    cfg = BitNetConfig(
-        vocab_size=300, hidden_size=256, num_layers=2, num_heads=4, num_kv_heads=2,
-        intermediate_size=256, context_length=160,
-    )  # fmt: skip
-    random_model_file(tmp_path / "m.gguf", cfg, seed=9)
-    model = load(tmp_path / "m.gguf", device="opencl")
-    sched = Scheduler(model, max_active=4, step_tokens=24)
-
-    async def collect(job) -> str:
-        parts = []
-        while (item := (await asyncio.wait_for(job.out.get(), 120))[0]) is not DONE:
-            parts.append(item)
-        return "".join(parts)
-
-    async def go(requests):
-        with sched._cv:  # the worker sees them in one step
-            jobs = [sched.submit(ids, params) for ids, params in requests]
-        return list(zip(jobs, await asyncio.gather(*(collect(j) for j in jobs)), strict=True))
-
-    def solo(job) -> str:
-        stats = type(job.stats)()
-        toks = generate_tokens(
-            model.runner, job.prompt_ids, job.params, eos_ids=model.eos_ids, stats=stats
-        )
-        return "".join(stream_text(toks, model.decode, job.prompt_ids, job.params.stop, stats))
-
-    try:
-        requests = [
-            ([(s * 31 + 7 * i) % 290 + 5 for i in range(n)], SamplingParams(temperature=0.0, max_tokens=m))
-            for n, s, m in ((3, 1, 9), (40, 2, 5), (7, 3, 12), (1, 4, 6), (18, 5, 7))
-        ]  # fmt: skip
-        for job, text in asyncio.run(go(requests)):
-            assert job.error is None
-            assert text == solo(job)
-        assert sched.stats.steps_total > 0
-        # the fused batched step ran (a step over several sequences' caches)
-        assert any(len(key) > 1 for key in model.runner._recordings)
-    finally:
-        sched.close()
+    """The server's scheduler on this backend: five requests at once (prompts chunked,
+    decode tokens batched), each stream equal to its solo greedy run."""
+    model = check_scheduler_streams("opencl", tmp_path)
+    # the fused batched step ran (a step over several sequences' caches)
+    assert any(len(key) > 1 for key in model.runner._recordings)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from ocl_helpers import acts, ternary
 
+from bitnet_core.testing.batching import assert_row_as_alone
 from bitnet_opencl.runner import fuse_weights
 
 EPS = 1e-5
@@ -226,9 +227,4 @@ def test_a_batched_steps_row_equals_the_same_token_alone(
     meta = [0] * n + [0] * n
     meta[n + tok] = pos
     batched = step(qkv, tok, rows, n + tok, meta, tok * hq * stride)
-    for a, b in zip(alone[:4], batched[:4], strict=True):  # q, att, xq, xs
-        np.testing.assert_array_equal(b[tok], a[0])
-        others = np.arange(len(b)) != tok
-        assert len(np.unique(b[others])) == 1  # untouched: still the fill value
-    for a, b in zip(alone[4:], batched[4:], strict=True):  # the caches: row pos written
-        np.testing.assert_array_equal(a, b)
+    assert_row_as_alone(alone, batched, tok, outputs=4)  # q, att, xq, xs; then the caches

@@ -18,20 +18,19 @@ from bitnet_core.config import BitNetConfig
 from bitnet_core.model.api import Model
 from bitnet_core.model.kv_cache import KVCacheConfig
 from bitnet_core.model.random import random_weights
+from bitnet_core.testing.batching import (
+    check_batched_greedy,
+    check_prompt_chunk_beside_decodes,
+    check_scheduler_streams,
+    prefill_pairs,
+)
 
 
 def config() -> BitNetConfig:
     return BitNetConfig(
-        vocab_size=301,
-        hidden_size=96,
-        num_layers=2,
-        num_heads=6,
-        num_kv_heads=2,
-        intermediate_size=200,
-        context_length=256,
-        ffn_activation="silu",
-        rope_style="neox",
-    )
+        vocab_size=301, hidden_size=96, num_layers=2, num_heads=6, num_kv_heads=2,
+        intermediate_size=200, context_length=256, ffn_activation="silu", rope_style="neox",
+    )  # fmt: skip
 
 
 # cache capacities 64 (one attention split) and 128 (two); the 62-token prompt crosses
@@ -50,11 +49,8 @@ def test_batched_decode_step_equals_each_sequence_alone(vk, kv_type):
     )
     runner, trace = dev.runner, dev.provider.trace
     assert runner.fused
-    bseqs = [runner.new_cache() for _ in PROMPTS]
-    aseqs = [runner.new_cache() for _ in PROMPTS]
+    bseqs, aseqs = prefill_pairs(runner, PROMPTS)
     try:
-        for p, bs, as_ in zip(PROMPTS, bseqs, aseqs, strict=True):
-            np.testing.assert_array_equal(runner.forward(p, bs), runner.forward(p, as_))
         submissions, layouts = [], set()
         for step in range(6):
             toks = [(step * 31 + 7 * j) % 300 for j in range(len(PROMPTS))]
@@ -88,24 +84,7 @@ def test_batched_decode_step_equals_each_sequence_alone(vk, kv_type):
         assert len(batched_programs(runner, 3)) == 1
 
         # one joins with its prompt chunk: a step of its own, one submission, the same rows
-        new_b, new_a = runner.new_cache(), runner.new_cache()
-        try:
-            before = trace.submissions
-            got = runner.forward_batch([([5], bseqs[0]), ([9, 8, 7], new_b), ([6], bseqs[3])])
-            assert trace.submissions - before == 1
-            want = [runner.forward([5], aseqs[0]), runner.forward([9, 8, 7], new_a)]
-            want.append(runner.forward([6], aseqs[3]))
-            np.testing.assert_array_equal(got, np.stack(want))
-            assert new_b.length == 3
-            # and decodes beside the others from then on
-            got = runner.forward_batch([([4], new_b), ([3], bseqs[1]), ([2], bseqs[0])])
-            want = [
-                runner.forward(t, s) for t, s in (([4], new_a), ([3], aseqs[1]), ([2], aseqs[0]))
-            ]
-            np.testing.assert_array_equal(got, np.stack(want))
-        finally:
-            new_b.close()
-            new_a.close()
+        check_prompt_chunk_beside_decodes(runner, bseqs, aseqs, submissions=1)
     finally:
         for s in bseqs + aseqs:
             s.close()
@@ -115,23 +94,7 @@ def test_batched_decode_step_equals_each_sequence_alone(vk, kv_type):
 
 def test_batched_greedy_decode_equals_the_reference_engine(vk):
     """Greedy tokens of three sequences decoded in batched steps equal the CPU reference's."""
-    weights = random_weights(config(), seed=9)
-    ref = Model.from_weights(weights, device="cpu-reference")
-    runner = Model.from_weights(weights, device="vulkan").runner
-    prompts = [[5, 300, 17], [9, 8, 7, 6, 5, 4, 3], [42]]
-    want = [ref.generate_ids(p, max_tokens=10, temperature=0) for p in prompts]
-    seqs = [runner.new_cache() for _ in prompts]
-    try:
-        logits = runner.forward_batch(list(zip(prompts, seqs, strict=True)))
-        toks = [[int(row.argmax())] for row in logits]
-        for _ in range(9):
-            logits = runner.forward_batch([([t[-1]], s) for t, s in zip(toks, seqs, strict=True)])
-            for t, row in zip(toks, logits, strict=True):
-                t.append(int(row.argmax()))
-    finally:
-        for s in seqs:
-            s.close()
-    assert toks == want
+    check_batched_greedy("vulkan", random_weights(config(), seed=9))
 
 
 def test_a_step_over_max_batch_tokens_splits_and_stays_exact(vk):
@@ -159,53 +122,8 @@ def test_a_step_over_max_batch_tokens_splits_and_stays_exact(vk):
 
 
 def test_scheduler_streams_equal_solo_generation(vk, tmp_path):
-    """The server's scheduler on this backend: five requests submitted at once (prompts
-    chunked, decode tokens batched); each stream's text equals its solo greedy run."""
-    import asyncio
-
-    from bitnet_core.config import BitNetConfig
-    from bitnet_core.model.api import load
-    from bitnet_core.model.generation import generate_tokens, stream_text
-    from bitnet_core.model.random import random_model_file
-    from bitnet_core.model.sampling import SamplingParams
-    from bitnet_core.server.scheduler import DONE, Scheduler
-
-    cfg = BitNetConfig(
-        vocab_size=300, hidden_size=256, num_layers=2, num_heads=4, num_kv_heads=2,
-        intermediate_size=256, context_length=160,
-    )  # fmt: skip
-    random_model_file(tmp_path / "m.gguf", cfg, seed=9)
-    model = load(tmp_path / "m.gguf", device="vulkan")
-    sched = Scheduler(model, max_active=4, step_tokens=24)
-
-    async def collect(job) -> str:
-        parts = []
-        while (item := (await asyncio.wait_for(job.out.get(), 120))[0]) is not DONE:
-            parts.append(item)
-        return "".join(parts)
-
-    async def go(requests):
-        with sched._cv:  # the worker sees them in one step
-            jobs = [sched.submit(ids, params) for ids, params in requests]
-        return list(zip(jobs, await asyncio.gather(*(collect(j) for j in jobs)), strict=True))
-
-    def solo(job) -> str:
-        stats = type(job.stats)()
-        toks = generate_tokens(
-            model.runner, job.prompt_ids, job.params, eos_ids=model.eos_ids, stats=stats
-        )
-        return "".join(stream_text(toks, model.decode, job.prompt_ids, job.params.stop, stats))
-
-    try:
-        requests = [
-            ([(s * 31 + 7 * i) % 290 + 5 for i in range(n)], SamplingParams(temperature=0.0, max_tokens=m))
-            for n, s, m in ((3, 1, 9), (40, 2, 5), (7, 3, 12), (1, 4, 6), (18, 5, 7))
-        ]  # fmt: skip
-        for job, text in asyncio.run(go(requests)):
-            assert job.error is None
-            assert text == solo(job)
-        assert sched.stats.steps_total > 0
-        # the fused batched step ran (a step over several sequences' caches)
-        assert any(len(key) > 1 for key in model.runner._programs)
-    finally:
-        sched.close()
+    """The server's scheduler on this backend: five requests at once (prompts chunked,
+    decode tokens batched), each stream equal to its solo greedy run."""
+    model = check_scheduler_streams("vulkan", tmp_path)
+    # the fused batched step ran (a step over several sequences' caches)
+    assert any(len(key) > 1 for key in model.runner._programs)

@@ -9,6 +9,7 @@ import pytest
 
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.providers.reference import ReferenceProvider
+from bitnet_core.testing.batching import assert_row_as_alone
 from bitnet_webgpu.runner import q8_words
 
 REF = ReferenceProvider()
@@ -275,9 +276,4 @@ def test_a_batched_steps_row_equals_the_same_token_alone(
     at = rows + 2 * row
     inp[at : at + 2] = (pos, pos + 1)
     batched = step(qkv, row, rows, at, inp, row * hq * stride)
-    for a, b in zip(alone[:4], batched[:4], strict=True):  # q, xq, xs, xsum
-        np.testing.assert_array_equal(b[row], a[0])
-        others = np.arange(len(b)) != row
-        assert len(np.unique(b[others])) == 1  # untouched: still the fill value
-    for a, b in zip(alone[4:], batched[4:], strict=True):  # the caches: row pos written
-        np.testing.assert_array_equal(a, b)
+    assert_row_as_alone(alone, batched, row, outputs=4)  # q, xq, xs, xsum; then the caches

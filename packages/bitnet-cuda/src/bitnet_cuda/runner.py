@@ -51,7 +51,7 @@ import numpy as np
 from bitnet_core.hal.switches import env_enabled
 from bitnet_core.model.kv_cache import Sequence
 from bitnet_core.model.runner import GenericRunner
-from bitnet_core.sdk.fused import FusedLayer, fused_layers
+from bitnet_core.sdk.fused import FusedLayer, decode_together, fused_layers
 
 from .provider import CudaProvider, CudaTernary, HalfTable
 
@@ -221,16 +221,9 @@ class CudaRunner(GenericRunner):
         of them); a sequence with a longer chunk (a prompt) runs its own forward pass."""
         if not self.fused:
             return super()._forward_batch(batch)
-        rows: list[np.ndarray | None] = [None] * len(batch)
-        decoding = [j for j, (ids, _) in enumerate(batch) if ids.size == 1]
-        if len(decoding) > 1:
-            logits = self._decode_batch([batch[j] for j in decoding])
-            for j, row in zip(decoding, logits, strict=True):
-                rows[j] = row
-        for j, (ids, cache) in enumerate(batch):
-            if rows[j] is None:
-                rows[j] = self._forward(ids, cache, False)
-        return np.stack(rows)
+        return decode_together(
+            batch, self._decode_batch, lambda ids, cache: self._forward(ids, cache, False)
+        )
 
     def _decode_batch(self, items: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
         cp, n = self.cp, len(items)
@@ -252,10 +245,7 @@ class CudaRunner(GenericRunner):
         # the caches are data (their addresses in b.kv_addresses): one graph a batch size
         key = ("seqs", n, splits, str(dtype))
         self._run_step(key, b, self._batch_attention(b, splits, dtype == np.float16))
-        logits = self._download(b.logits)
-        for c in caches:
-            c.advance(1)
-        return logits
+        return self._download(b.logits)
 
     def _set_inputs(self, b: StepBuffers, ids: np.ndarray, start: int) -> None:
         b.ids.set(np.ascontiguousarray(ids, dtype=np.int32), stream=self.stream)

@@ -47,7 +47,7 @@ import numpy as np
 from bitnet_core.errors import ProviderError
 from bitnet_core.model.kv_cache import Sequence
 from bitnet_core.model.runner import GenericRunner
-from bitnet_core.sdk.fused import fused_layers
+from bitnet_core.sdk.fused import decode_together, fused_layers
 
 from .buffers import CLArray
 from .memory import cl_op
@@ -171,19 +171,13 @@ class OpenCLRunner(GenericRunner):
         runs its own (generic) prefill in the same call."""
         if not self.fused:
             return super()._forward_batch(batch)
-        rows: list[Any] = [None] * len(batch)
-        decoding = [j for j, (ids, _) in enumerate(batch) if ids.size == 1]
-        if decoding:
-            items = [batch[j] for j in decoding]
-            logits = self._decode(items)
-            for (_, cache), j, row in zip(items, decoding, logits, strict=True):
-                cache.advance(1)
-                rows[j] = row
-        for j, (ids, cache) in enumerate(batch):
-            if rows[j] is None:
-                for i in range(0, ids.size, self.max_batch):
-                    rows[j] = super()._forward(ids[i : i + self.max_batch], cache, False)
-        return np.stack(rows)
+        return decode_together(batch, self._decode, self._generic_prefill, min_decode=1)
+
+    def _generic_prefill(self, ids: np.ndarray, cache: Sequence) -> np.ndarray:
+        """The generic engine's forward of ``ids``, ``max_batch`` tokens at a time."""
+        for i in range(0, ids.size, self.max_batch):
+            last = super()._forward(ids[i : i + self.max_batch], cache, False)
+        return last
 
     def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
         if not self.fused or ids.size != 1:

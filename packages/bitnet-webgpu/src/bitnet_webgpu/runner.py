@@ -49,7 +49,7 @@ import numpy as np
 from bitnet_core.hal.switches import env_enabled
 from bitnet_core.model.kv_cache import Sequence
 from bitnet_core.model.runner import GenericRunner
-from bitnet_core.sdk.fused import fused_layers
+from bitnet_core.sdk.fused import decode_together, fused_layers
 
 from .memory import GpuArray, GpuTernary
 from .provider import WebGPUProvider
@@ -302,19 +302,12 @@ class WebGPURunner(GenericRunner):
         its own prefill in the same call."""
         if not self.fused:
             return super()._forward_batch(batch)
-        rows: list[Any] = [None] * len(batch)
-        decoding = [j for j, (ids, _) in enumerate(batch) if ids.size == 1]
-        if len(decoding) > 1:
-            items = [batch[j] for j in decoding]
-            logits = self._decode_batch(items)
-            for (_, cache), j, row in zip(items, decoding, logits, strict=True):
-                cache.advance(1)
-                rows[j] = row
-        for j, (ids, cache) in enumerate(batch):
-            if rows[j] is None:
-                for i in range(0, ids.size, self.max_batch):
-                    rows[j] = self._forward(ids[i : i + self.max_batch], cache, False)
-        return np.stack(rows)
+        return decode_together(batch, self._decode_batch, self._prefill_chunks)
+
+    def _prefill_chunks(self, ids: np.ndarray, cache: Sequence) -> np.ndarray:
+        for i in range(0, ids.size, self.max_batch):
+            last = self._forward(ids[i : i + self.max_batch], cache, False)
+        return last
 
     def _decode_batch(self, items: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
         """Logits ``[n, vocab]`` of one token of each sequence (caches reserved; the caller

@@ -5,7 +5,7 @@ q|k|v stacked into one matrix and gate|up into another (one launch each
 instead of three and two), o and down as they are. ``fused_layers`` builds
 them from a model's ``DeviceWeights``; the runner passes its own ``stack``,
 which turns a list of its ternary weights into one stacked weight on its
-device.
+device. ``decode_together`` is the shape of a fused runner's batched step.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 
 @dataclass(eq=False)
@@ -44,3 +46,31 @@ def fused_layers(weights: Any, stack: Callable[[Sequence[Any]], Any]) -> list[Fu
         )
         for lw in weights.layers
     ]
+
+
+#: one item of a batched step: the token ids a sequence brings, and its KV-cache sequence
+StepItem = tuple[np.ndarray, Any]
+
+
+def decode_together(
+    batch: Sequence[StepItem],
+    decode: Callable[[list[StepItem]], np.ndarray],
+    prefill: Callable[[np.ndarray, Any], np.ndarray],
+    min_decode: int = 2,
+) -> np.ndarray:
+    """A fused runner's ``_forward_batch``: the sequences that bring one token each go
+    through ``decode`` together (its logits ``[n, vocab]``; their caches are advanced
+    here), when there are at least ``min_decode`` of them; every other sequence runs
+    ``prefill(ids, cache)``, which returns its last token's logits. Rows in the batch's
+    order."""
+    rows: list[np.ndarray | None] = [None] * len(batch)
+    decoding = [j for j, (ids, _) in enumerate(batch) if ids.size == 1]
+    if len(decoding) >= min_decode:
+        items = [batch[j] for j in decoding]
+        for (_, cache), j, row in zip(items, decoding, decode(items), strict=True):
+            cache.advance(1)
+            rows[j] = row
+    for j, (ids, cache) in enumerate(batch):
+        if rows[j] is None:
+            rows[j] = prefill(ids, cache)
+    return np.stack(rows)
