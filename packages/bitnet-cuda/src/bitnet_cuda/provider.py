@@ -17,6 +17,7 @@ import numpy as np
 from bitnet_core.errors import UnsupportedOperationError
 from bitnet_core.hal.provider import RopeStyle
 from bitnet_core.hal.switches import env_enabled
+from bitnet_core.sdk.fused import fused_graph_supported
 from bitnet_core.sdk.provider import GpuProvider
 
 from .memory import CudaMemory, CudaQ8, CudaTernary, HalfTable, pack_cuda_ternary
@@ -60,17 +61,7 @@ class CudaProvider(CudaRuntime, CudaMemory, GpuProvider, family="cuda", priority
         """The fused, graph-captured runner (``runner.py``); None with ``BITNET_CUDA_FUSED=0``."""
         from .runner import CudaRunner
 
-        if not env_enabled("BITNET_CUDA_FUSED"):
-            return None
-        cfg = weights.config
-        if cfg.linear_norms or not cfg.sub_norms:
-            from bitnet_core.model.runner import generic_engine_fallback
-
-            generic_engine_fallback(
-                self,
-                f"{self.name}: the fused kernels need BitNet's sub-norms and no BitLinear "
-                f"input norms ({cfg.arch} graph); the generic engine runs this model",
-            )
+        if not env_enabled("BITNET_CUDA_FUSED") or not fused_graph_supported(self, weights):
             return None
         return CudaRunner(self, weights, **opts)
 

@@ -22,6 +22,7 @@ from bitnet_core.hal.provider import RopeStyle
 from bitnet_core.hal.switches import env_enabled
 from bitnet_core.sdk.arrays import row_split
 from bitnet_core.sdk.attention import AttentionShape
+from bitnet_core.sdk.fused import fused_graph_supported
 from bitnet_core.sdk.provider import GpuProvider
 
 from .buffers import CLArray
@@ -59,7 +60,9 @@ class OpenCLProvider(OpenCLRuntime, OpenCLMemory, GpuProvider, family="opencl", 
         ``BITNET_OPENCL_FUSED=0``."""
         from .runner import OpenCLRunner
 
-        return OpenCLRunner(self, weights, **opts) if env_enabled(ENV_FUSED) else None
+        if not env_enabled(ENV_FUSED) or not fused_graph_supported(self, weights):
+            return None
+        return OpenCLRunner(self, weights, **opts)
 
     # --- helpers --------------------------------------------------------------
     def _rows(self, name: str, n: int, groups1: int, units: int, item: int, *args) -> None:

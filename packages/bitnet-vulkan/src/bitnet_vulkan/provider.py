@@ -18,6 +18,7 @@ from bitnet_core.hal.provider import RopeStyle
 from bitnet_core.sdk.arrays import row_split
 from bitnet_core.sdk.attention import AttentionShape
 from bitnet_core.sdk.elementwise import ELEMENTWISE_OPS, ElementwiseOps
+from bitnet_core.sdk.fused import fused_graph_supported
 from bitnet_core.sdk.provider import GpuProvider
 
 from .arrays import SplitTable, VulkanArray, VulkanWeight, padded_cols
@@ -53,7 +54,9 @@ class VulkanProvider(
         ``BITNET_VULKAN_FUSED=0``."""
         from .runner import VulkanRunner, fused_enabled
 
-        return VulkanRunner(self, weights, **opts) if fused_enabled() else None
+        if not fused_enabled() or not fused_graph_supported(self, weights):
+            return None
+        return VulkanRunner(self, weights, **opts)
 
     def close(self) -> None:
         """Release the device (arrays still alive become unusable)."""

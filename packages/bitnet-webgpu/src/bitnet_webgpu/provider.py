@@ -17,6 +17,7 @@ from bitnet_core.errors import UnsupportedOperationError
 from bitnet_core.hal.provider import RopeStyle
 from bitnet_core.hal.switches import env_enabled
 from bitnet_core.sdk.elementwise import ELEMENTWISE_OPS, ElementwiseOps
+from bitnet_core.sdk.fused import fused_graph_supported
 from bitnet_core.sdk.provider import GpuProvider
 
 from .memory import GpuArray, GpuTernary, WebGPUMemory
@@ -37,7 +38,9 @@ class WebGPUProvider(
         """The fused decode runner (``runner.py``); None with ``BITNET_WEBGPU_FUSED=0``."""
         from .runner import WebGPURunner
 
-        return WebGPURunner(self, weights, **opts) if env_enabled("BITNET_WEBGPU_FUSED") else None
+        if not env_enabled("BITNET_WEBGPU_FUSED") or not fused_graph_supported(self, weights):
+            return None
+        return WebGPURunner(self, weights, **opts)
 
     # --- ops ------------------------------------------------------------------------
     def embedding(self, table: GpuArray, ids: np.ndarray) -> GpuArray:

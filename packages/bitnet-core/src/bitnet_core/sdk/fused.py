@@ -5,7 +5,9 @@ q|k|v stacked into one matrix and gate|up into another (one launch each
 instead of three and two), o and down as they are. ``fused_layers`` builds
 them from a model's ``DeviceWeights``; the runner passes its own ``stack``,
 which turns a list of its ternary weights into one stacked weight on its
-device. ``decode_together`` is the shape of a fused runner's batched step.
+device. ``fused_graph_supported`` says whether a model's graph is the one the
+fused kernels compute; ``decode_together`` is the shape of a fused runner's
+batched step.
 """
 
 from __future__ import annotations
@@ -15,6 +17,25 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+
+def fused_graph_supported(provider: Any, weights: Any) -> bool:
+    """Whether the fused kernels compute this model's graph: BitNet's two sub-norms a
+    layer and no input RMSNorm on each BitLinear. Otherwise the provider's
+    ``make_runner`` returns None and the generic engine runs the model, visibly (a
+    trace fallback: in the receipt, an error under ``BITNET_STRICT_MODE``)."""
+    cfg = weights.config
+    if cfg.sub_norms and not cfg.linear_norms:
+        return True
+    from ..model.runner import generic_engine_fallback
+
+    what = "BitLinear input norms" if cfg.linear_norms else "no sub-norms"
+    generic_engine_fallback(
+        provider,
+        f"{provider.name}: the fused kernels need BitNet's sub-norms and no BitLinear input "
+        f"norms, this model has {what} ({cfg.arch} graph); the generic engine runs it",
+    )
+    return False
 
 
 @dataclass(eq=False)

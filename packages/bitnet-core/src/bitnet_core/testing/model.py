@@ -77,6 +77,19 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
         intermediate_size=100, context_length=40, ffn_activation="silu", rope_style="norm",
         rope_dim=8, tied_embeddings=False, rope_theta=500000.0,
     ),
+    # llama-architecture 1.58-bit checkpoints: no sub-norms, adjacent-pair rope; and with
+    # an input RMSNorm on every BitLinear (use_rms_norm). A fused runner that computes
+    # only BitNet's graph must give these to the generic engine.
+    "llama-no-subnorms": dict(
+        vocab_size=90, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+        intermediate_size=96, context_length=40, ffn_activation="silu", arch="llama",
+        rope_style="norm",
+    ),
+    "llama-bitlinear-norms": dict(
+        vocab_size=90, hidden_size=64, num_layers=1, num_heads=4, num_kv_heads=4,
+        intermediate_size=96, context_length=40, ffn_activation="silu", arch="llama",
+        rope_style="norm", linear_norms=True, linear_norm_eps=1e-6,
+    ),
 }  # fmt: skip
 
 #: The model written to GGUF per format (block formats need multiples of 256).
