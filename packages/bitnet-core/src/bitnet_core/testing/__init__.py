@@ -8,6 +8,9 @@ One line in a backend package's ``tests/test_conformance.py``::
 
 See ``conformance`` for what it checks and ``tolerances`` for the per-op
 tolerances. ``python -m bitnet_core.testing NAME`` runs it outside pytest.
+A runner's own tests use ``receipt`` (what a run's receipt must say) and
+``batching`` (its batched step against each sequence alone, and the server's
+scheduler on it).
 """
 
 from . import conformance, tolerances
