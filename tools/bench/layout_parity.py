@@ -63,9 +63,11 @@ def models(extra: list[Path]) -> list[tuple[str, Any]]:
 
 def greedy(provider: Any, weights: Any, prompt: np.ndarray, steps: int) -> tuple[list[int], list]:
     """Greedy tokens and each step's logits (float64)."""
-    from bitnet_core.model import KVCacheConfig
+    from bitnet_core.model import GenericRunner, KVCacheConfig
 
-    runner = provider.make_runner(weights, progress=False, kv_cache=KVCacheConfig(dtype="float16"))
+    opts = dict(progress=False, kv_cache=KVCacheConfig(dtype="float16"))
+    # a model the fused pass does not run (BitLinear input norms): the generic engine
+    runner = provider.make_runner(weights, **opts) or GenericRunner(provider, weights, **opts)
     tokens, logits = [], []
     with runner.new_cache(prompt.size + steps + 1) as seq:
         out = runner.forward(prompt, seq)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
 
+import numpy as np
+import pytest
+
+from bitnet_core.errors import UnsupportedOperationError
 from bitnet_core.model import random_weights
 from bitnet_core.model.runner import GenericRunner
 from bitnet_core.providers.reference import ReferenceProvider
@@ -27,3 +31,10 @@ def test_fused_layers_stack_qkv_and_gate_up_in_order() -> None:
         assert got.o is lw.o and got.down is lw.down
         assert np.array_equal(got.attn_norm, lw.attn_norm)
         assert got.ffn_sub_norm is lw.ffn_sub_norm
+
+
+def test_fused_layers_refuse_a_graph_the_fused_kernels_do_not_compute() -> None:
+    cfg = dataclasses.replace(strict_config("silu"), arch="llama", rope_style="norm")
+    runner = GenericRunner(ReferenceProvider(), random_weights(cfg, seed=5), progress=False)
+    with pytest.raises(UnsupportedOperationError, match="BitNet's graph"):
+        fused_layers(runner.weights, tuple)

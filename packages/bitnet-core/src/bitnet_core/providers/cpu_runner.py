@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from ..errors import ShapeError
+from ..errors import ShapeError, UnsupportedOperationError
 from ..hal.switches import env_enabled
 from ..model.kv_cache import Sequence
 from ..model.runner import GenericRunner
@@ -68,6 +68,11 @@ class FusedCpuRunner(GenericRunner):
     """``GenericRunner`` with the forward pass of ``bitnet_core._native.CpuModel``."""
 
     def __init__(self, provider: Any, weights: Any, **opts: Any) -> None:
+        if weights.config.linear_norms:  # make_runner gives these to the generic engine
+            raise UnsupportedOperationError(
+                f"{provider.name}: the fused forward pass has no BitLinear input norms "
+                "(use_rms_norm): run this model on GenericRunner"
+            )
         super().__init__(provider, weights, **opts)
         self._gather_only = False
         self._embedding_file: BinaryIO | None = None  # embedding rows read with pread

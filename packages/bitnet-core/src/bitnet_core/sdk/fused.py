@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import UnsupportedOperationError
+
 
 def fused_graph_supported(provider: Any, weights: Any) -> bool:
     """Whether the fused kernels compute this model's graph: BitNet's two sub-norms a
@@ -53,7 +55,16 @@ class FusedLayer:
 
 
 def fused_layers(weights: Any, stack: Callable[[Sequence[Any]], Any]) -> list[FusedLayer]:
-    """Every layer of ``weights`` (a ``DeviceWeights``) with q|k|v and gate|up stacked."""
+    """Every layer of ``weights`` (a ``DeviceWeights``) with q|k|v and gate|up stacked;
+    ``UnsupportedOperationError`` for a graph the fused kernels do not compute (a runner
+    made directly, past ``fused_graph_supported``)."""
+    if any(
+        lw.in_norms or lw.attn_sub_norm is None or lw.ffn_sub_norm is None for lw in weights.layers
+    ):
+        raise UnsupportedOperationError(
+            "the fused kernels compute BitNet's graph (two sub-norms a layer, no BitLinear "
+            "input norms), not this model's: run it on GenericRunner"
+        )
     return [
         FusedLayer(
             lw.attn_norm,
