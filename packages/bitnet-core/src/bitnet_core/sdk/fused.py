@@ -45,7 +45,7 @@ class FusedLayer:
     """One layer as a fused step reads it (arrays and weights of the runner's device)."""
 
     attn_norm: Any
-    attn_sub_norm: Any  # None for a graph without sub-norms (architecture llama)
+    attn_sub_norm: Any
     ffn_norm: Any
     ffn_sub_norm: Any
     qkv: Any  # q|k|v stacked by rows
