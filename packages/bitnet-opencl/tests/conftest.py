@@ -7,6 +7,7 @@ import pytest
 
 from bitnet_core.providers.reference import ReferenceProvider
 from bitnet_opencl import OpenCLProvider
+from bitnet_opencl.replay import COMMAND_BUFFER_EXT
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +29,17 @@ def ref() -> ReferenceProvider:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+@pytest.fixture(params=["command-buffer", "loop"])
+def mode(request, ocl, monkeypatch):
+    """Replayed decode steps both ways: the command buffer (skipped where the device has
+    no cl_khr_command_buffer) and the ctypes loop of launches."""
+    if request.param == "command-buffer":
+        if COMMAND_BUFFER_EXT not in ocl.runtime.info.extensions:
+            pytest.skip(f"the device has no {COMMAND_BUFFER_EXT}")
+        monkeypatch.delenv("BITNET_OPENCL_COMMAND_BUFFER", raising=False)
+    else:
+        monkeypatch.setenv("BITNET_OPENCL_COMMAND_BUFFER", "0")
+    monkeypatch.delenv("BITNET_STRICT_MODE", raising=False)
+    return request.param

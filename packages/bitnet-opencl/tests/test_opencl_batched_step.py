@@ -24,24 +24,11 @@ from bitnet_core.testing.batching import (
 )
 from bitnet_core.testing.strict import strict_config
 from bitnet_opencl import runner as runner_module
-from bitnet_opencl.replay import COMMAND_BUFFER_EXT
 
 BLOCK = 16
 # capacities 16 and 32 tokens at first; the 30-token sequence grows to 64 two steps in,
 # the 13-token one to 32 three steps in (7 keys a split: 3, 5 and 10 splits)
 PROMPTS = [[1, 2, 3], list(range(40, 53)), [11], list(range(60, 90))]
-
-
-@pytest.fixture(params=["command-buffer", "loop"])
-def mode(request, ocl, monkeypatch):
-    if request.param == "command-buffer":
-        if COMMAND_BUFFER_EXT not in ocl.runtime.info.extensions:
-            pytest.skip(f"the device has no {COMMAND_BUFFER_EXT}")
-        monkeypatch.delenv("BITNET_OPENCL_COMMAND_BUFFER", raising=False)
-    else:
-        monkeypatch.setenv("BITNET_OPENCL_COMMAND_BUFFER", "0")
-    monkeypatch.delenv("BITNET_STRICT_MODE", raising=False)
-    return request.param
 
 
 def batched(runner, n: int) -> set:

@@ -13,7 +13,6 @@ from bitnet_core.model.kv_cache import KVCacheConfig
 from bitnet_core.model.runner import GenericRunner
 from bitnet_core.testing.strict import assert_logits_close, strict_config
 from bitnet_opencl import runner as runner_module
-from bitnet_opencl.replay import COMMAND_BUFFER_EXT
 from bitnet_opencl.runner import OpenCLRunner
 
 BLOCK = 16  # KV blocks of 16 tokens: a 40-token generation crosses capacities 16, 32, 64
@@ -27,18 +26,6 @@ def weights():
 @pytest.fixture(scope="module")
 def cpu(weights):
     return Model.from_weights(weights, device="cpu-reference")
-
-
-@pytest.fixture(params=["command-buffer", "loop"])
-def mode(request, ocl, monkeypatch):
-    if request.param == "command-buffer":
-        if COMMAND_BUFFER_EXT not in ocl.runtime.info.extensions:
-            pytest.skip(f"the device has no {COMMAND_BUFFER_EXT}")
-        monkeypatch.delenv("BITNET_OPENCL_COMMAND_BUFFER", raising=False)
-    else:
-        monkeypatch.setenv("BITNET_OPENCL_COMMAND_BUFFER", "0")
-    monkeypatch.delenv("BITNET_STRICT_MODE", raising=False)
-    return request.param
 
 
 def _opencl(weights, **kv) -> Model:
