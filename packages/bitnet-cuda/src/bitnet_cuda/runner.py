@@ -172,6 +172,11 @@ class CudaRunner(GenericRunner):
         self._emb_stride = int(self._emb.shape[1])
         self._head = w.head
         self._act = 0 if cfg.ffn_activation == "silu" else 1
+        i32 = np.int32
+        self._rope = (  # rope_store's geometry arguments
+            i32(cfg.num_heads), i32(cfg.num_kv_heads), i32(cfg.head_dim), i32(cfg.rot_dim),
+            i32(0 if cfg.rope_style == "neox" else 1), np.float32(math.log2(cfg.rope_theta)),
+        )  # fmt: skip
 
     # --- the forward pass -------------------------------------------------------------
     def forward(self, token_ids: Any, cache: Sequence, all_logits: bool = False) -> np.ndarray:
@@ -323,14 +328,6 @@ class CudaRunner(GenericRunner):
         fn["rmsnorm"]((rows,), (NORM_THREADS,), norm_args)
         self._provider.launch_dense(self._head, b.head_x, b.logits, rows)
 
-    def _rope_args(self) -> tuple[Any, ...]:
-        cfg, i32 = self.config, np.int32
-        args = (i32(cfg.num_heads), i32(cfg.num_kv_heads), i32(cfg.head_dim), i32(cfg.rot_dim))
-        return args + (
-            i32(0 if cfg.rope_style == "neox" else 1),
-            np.float32(math.log2(cfg.rope_theta)),
-        )
-
     def _prefill_attention(self, b: StepBuffers, cache: Sequence, start: int) -> Attend:
         """Layer attention of ``b.t`` prompt tokens from ``start`` (causal, over the cache)."""
         cfg, fn, i32 = self.config, self._fn, np.int32
@@ -341,9 +338,7 @@ class CudaRunner(GenericRunner):
         def attend(i: int, lw: FusedLayer) -> None:
             kc, vc = cache.layer(i)
             rope_store = fn["rope_store_f16" if f16 else "rope_store"]
-            rope_store(
-                (t, hq + 2 * hkv), (ROPE_THREADS,), (b.qkv, b.pos, b.q, kc, vc, *self._rope_args())
-            )
+            rope_store((t, hq + 2 * hkv), (ROPE_THREADS,), (b.qkv, b.pos, b.q, kc, vc, *self._rope))
             n = start + t
             scores = self.cp.empty((t, hq, n), dtype=np.float32)
             geometry = (i32(hq), i32(hkv), i32(d), i32(start), i32(n), scale)
@@ -364,9 +359,7 @@ class CudaRunner(GenericRunner):
         def attend(i: int, lw: FusedLayer) -> None:
             kc, vc = cache.layer(i)
             rope_store = self._fn["rope_store_f16" if f16 else "rope_store"]
-            rope_store(
-                (1, hq + 2 * hkv), (ROPE_THREADS,), (b.qkv, b.pos, b.q, kc, vc, *self._rope_args())
-            )
+            rope_store((1, hq + 2 * hkv), (ROPE_THREADS,), (b.qkv, b.pos, b.q, kc, vc, *self._rope))
             split = self._fn["attn_split_f16" if f16 else "attn_split"]
             self._split_attention(b, lw, split, (kc, vc, b.pos), splits, seqs=1)
 
@@ -385,7 +378,7 @@ class CudaRunner(GenericRunner):
             rope_store(
                 (n, hq + 2 * hkv),
                 (ROPE_THREADS,),
-                (b.qkv, b.pos, b.q, kcs, vcs, *self._rope_args()),
+                (b.qkv, b.pos, b.q, kcs, vcs, *self._rope),
             )
             split = self._fn[f"attn_split_seqs{suffix}"]
             self._split_attention(b, lw, split, (kcs, vcs, b.pos), splits, seqs=n)

@@ -41,20 +41,27 @@ from .file_pages import file_extent, release_file_pages
 
 
 def fused_kernels(
-    layers: int, decode: bool, prefill: bool, int8_head: bool, sub_norms: int | None = None
+    layers: int, decode: bool, prefill: bool, int8_head: bool, sub_norms: bool = True
 ) -> dict[str, int]:
     """The ``Compute`` kernels one ``CpuModel`` pass runs (``csrc/model.cpp``), by name, with
     their calls; ``decode``/``prefill``: it has one-token / longer sequences (a ternary call
-    covers q|k|v or gate|up); ``sub_norms``: the model's sub-norms, two a layer unless given
-    (none in the llama graph)."""
-    per_layer = {"rmsnorm": 2, "quantize": 4, "ternary": 4, "rope": 2, "kv_store": 1, "gated": 1}
+    covers q|k|v or gate|up); ``sub_norms``: the model has two a layer (the llama graph
+    has none)."""
+    per_layer = {
+        "rmsnorm": 4 if sub_norms else 2,
+        "quantize": 4,
+        "ternary": 4,
+        "rope": 2,
+        "kv_store": 1,
+        "gated": 1,
+    }
     if decode:
         per_layer["attention_decode"] = 1
     if prefill:
         per_layer["attention"] = 1
     calls = {name: n * layers for name, n in per_layer.items()}
     calls["embedding"] = 1
-    calls["rmsnorm"] += (2 * layers if sub_norms is None else sub_norms) + 1  # + the output norm
+    calls["rmsnorm"] += 1  # the output norm
     calls["dense_i8" if int8_head else "dense"] = 1
     return {f"CpuModel.{name}": n for name, n in calls.items()}
 
@@ -150,12 +157,8 @@ class FusedCpuRunner(GenericRunner):
     def _record(self, decode: bool, prefill: bool) -> None:
         """One native call's kernels and submission in the provider's trace."""
         trace = self._provider.trace
-        layers = self.config.num_layers
-        sub_norms = sum(
-            (lw.attn_sub_norm is not None) + (lw.ffn_sub_norm is not None)
-            for lw in self.weights.layers
-        )
-        kernels = fused_kernels(layers, decode, prefill, self._head_i8, sub_norms)
+        cfg = self.config
+        kernels = fused_kernels(cfg.num_layers, decode, prefill, self._head_i8, cfg.sub_norms)
         for name, calls in kernels.items():
             trace.kernel(name, calls)
         trace.submit()
