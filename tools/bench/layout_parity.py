@@ -3,11 +3,13 @@
 For each model, greedy-decodes ``--steps`` tokens after a random prompt on the
 native CPU provider as configured by default (TQ2_0 in place or ``i2_128``,
 float16 head: exact, equal to the reference bit for bit) and again with each
-option (``int8_head``: the output head on an int8 copy; ``tq1_160``: the
-1.6-bit layout), and reports per option: how many greedy tokens equal the
-exact path's (and the first step that differs), the largest logit difference
-relative to the largest logit over the steps both paths shared, and the
-exact path's top-2 margin at the first differing step.
+option (``int8_head``: the output head on an int8 copy; ``int8_checked``: the
+same, with the rows that could hold the maximum recomputed exactly;
+``tq1_160``: the 1.6-bit layout), and reports per option: how many greedy
+tokens equal the exact path's (and the first step that differs), the largest
+logit difference relative to the largest logit over the steps both paths
+shared, whether the exact path's 8 largest logits came out bit for bit, and
+the exact path's top-2 margin at the first differing step.
 
 Models: the conformance kit's random configs (``bitnet_core.testing.model``:
 ``MODEL_CONFIGS`` and the GGUF-sized ``FILE_CONFIG``), the bundled trained
@@ -26,7 +28,11 @@ from typing import Any
 
 import numpy as np
 
-OPTIONS = {"int8_head": dict(int8_head=True), "tq1_160": dict(layout="tq1_160")}
+OPTIONS = {
+    "int8_head": dict(int8_head=True),
+    "int8_checked": dict(int8_head="checked"),
+    "tq1_160": dict(layout="tq1_160"),
+}
 
 
 def provider_class() -> Any:
@@ -95,10 +101,16 @@ def compare(name: str, weights: Any, cls: Any, steps: int, prompt_len: int) -> d
             float(np.abs(g - w).max() / np.abs(w).max())
             for g, w in zip(got_logits[:shared], want_logits[:shared], strict=True)
         )
+        # the exact path's 8 largest logits, bit for bit, at every shared step
+        top_equal = all(
+            np.array_equal(g[np.argsort(w)[-8:]], w[np.argsort(w)[-8:]])
+            for g, w in zip(got_logits[:shared], want_logits[:shared], strict=True)
+        )
         entry = {
             "equal_tokens": diverge is None,
             "first_difference": diverge,
             "max_rel_logit_diff": rel,
+            "top8_logits_equal": top_equal,
         }
         if diverge is not None:
             top2 = np.sort(want_logits[diverge])[-2:]
@@ -133,8 +145,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"(exact top-2 margin {100 * e['exact_top2_margin_rel']:.2f}% of max logit)"
             )
             print(
-                f"{name:32s} {option:9s} {verdict}; max logit diff "
-                f"{100 * e['max_rel_logit_diff']:.3f}% of max logit"
+                f"{name:32s} {option:12s} {verdict}; max logit diff "
+                f"{100 * e['max_rel_logit_diff']:.3f}% of max logit; top 8 logits "
+                f"{'equal' if e['top8_logits_equal'] else 'differ'}"
             )
     if args.out:
         args.out.write_text(json.dumps({"provider": cls.name, "models": reports}, indent=2))

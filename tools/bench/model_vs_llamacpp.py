@@ -140,7 +140,11 @@ def traffic(model) -> dict:
         "kv_bytes_per_context_token": runner.kv.bytes_per_token,
         "int8_macs_per_token": macs,
         "layout": getattr(model.provider, "layout", None),
-        "int8_head": bool(getattr(model.provider, "int8_head", False)),
+        "head_mode": (
+            model.provider.head_mode_for(w.head)
+            if hasattr(model.provider, "head_mode_for")
+            else "exact"
+        ),
     }
 
 

@@ -138,6 +138,68 @@ void Compute::dense_i8(const DenseI8 &d, const float *x, int64_t T, float *y, in
     run_rows<DenseArgs, &KernelTable::dense_i8>(a, d.rows, 32);
 }
 
+// How far the int8 head's logit of row r can be from the exact one, for a token
+// x with scale xs (x ~ xq / xs): w_r = s_r q_r + a_r with |a_r| <= s_r / 2, and
+// x = xq / xs + b with |b| <= 1 / (2 xs) (round to nearest), so
+//   |w_r . x - s_r q_r . xq / xs| <= |a_r| . |x| + s_r |q_r| . |b|
+//                                 <= s_r (|x|_1 + l1_r / xs) / 2.
+// 0.51 instead of 0.5 covers the float rounding of both heads' sums, the scales
+// and this bound: the exact head's float sum of a row is off by at most
+// (K / 32 + 5) u 127.5 s_r |x|_1 (u = 2^-24; 32 partial sums), below the slack
+// of 0.01 s_r |x|_1 up to K = 41900; wider rows take the exact head.
+constexpr double kHeadBound = 0.51;
+constexpr int64_t kHeadBoundMaxK = 32768;
+
+int64_t Compute::dense_i8_checked(const DenseI8 &d, const void *w, bool f16, const float *x, int64_t T,
+                                  float *y, int8_t *xq, float *xs, int32_t *sum) const {
+    const int64_t N = d.rows, K = d.cols;
+    if (K > kHeadBoundMaxK) {
+        dense(w, f16, N, K, x, T, y);
+        return T * N;
+    }
+    dense_i8(d, x, T, y, xq, xs, sum);
+    std::vector<int64_t> rows;  // token * N + row, to recompute
+    std::vector<float> lo(static_cast<size_t>(N)), hi(static_cast<size_t>(N));
+    for (int64_t t = 0; t < T; ++t) {
+        const float *xt = x + t * K, *yt = y + t * N;
+        double x1 = 0.0;
+        for (int64_t k = 0; k < K; ++k) x1 += std::fabs(static_cast<double>(xt[k]));
+        const float A = static_cast<float>(kHeadBound * x1), B = static_cast<float>(kHeadBound / xs[t]);
+        // every row's exact logit is at least lo (its value minus its bound): the
+        // largest lo is one the exact maximum reaches, so only rows whose hi
+        // reaches it can hold the maximum (float: the bound's 2% slack covers it)
+        float floor = -INFINITY;
+        for (int64_t r = 0; r < N; ++r) {
+            const float e = d.scales[r] * (A + B * static_cast<float>(d.l1[r]));
+            lo[r] = yt[r] - e;
+            hi[r] = yt[r] + e;
+        }
+        for (int64_t r = 0; r < N; ++r) floor = std::max(floor, lo[r]);
+        for (int64_t r = 0; r < N; ++r)
+            if (!(hi[r] < floor)) rows.push_back(t * N + r);  // NaN too: recompute
+    }
+    struct Ctx {
+        const KernelTable *k;
+        const void *w;
+        bool f16;
+        const float *x;
+        float *y;
+        int64_t N, K;
+        const int64_t *rows;
+    } ctx{k_, w, f16, x, y, N, K, rows.data()};
+    parallel_for(static_cast<int64_t>(rows.size()), 16, threads_, [](void *c, int64_t i0, int64_t i1) {
+        auto *p = static_cast<Ctx *>(c);
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t t = p->rows[i] / p->N, r = p->rows[i] % p->N;
+            // one token, one row: the sum dense() makes of it (its rows do not depend on the batch)
+            const DenseArgs a{p->w, p->K, p->K, p->x + t * p->K, nullptr, p->K, nullptr, nullptr, 1,
+                              p->y + t * p->N, p->N};
+            (p->f16 ? p->k->dense_f16 : p->k->dense_f32)(a, r, r + 1);
+        }
+    }, &ctx);
+    return static_cast<int64_t>(rows.size());
+}
+
 void Compute::attention(const AttentionArgs &a) const {
     if (a.T == 1) return attention_decode_many(&a, 1);
     // items are (token, head); a chunk holds whole groups of heads that share

@@ -54,6 +54,15 @@ class Compute {
     void dense_i8(const DenseI8 &d, const float *x, int64_t T, float *y, int8_t *xq, float *xs,
                   int32_t *sum) const;
 
+    // y as dense_i8 gives it, then, for each token, every row that could hold its
+    // largest logit recomputed on the float table w (float16 bits or float32,
+    // [d.rows, d.cols], the table d was made from) exactly as dense() computes it:
+    // the argmax of each token's logits is the exact head's, and so is every
+    // logit near the top; the other rows keep the int8 head's value (within the
+    // bound below of the exact one). Returns how many (token, row) logits it recomputed.
+    int64_t dense_i8_checked(const DenseI8 &d, const void *w, bool f16, const float *x, int64_t T, float *y,
+                          int8_t *xq, float *xs, int32_t *sum) const;
+
     // causal grouped-query attention of q [T, Hq, D] over k/v [S, Hkv, D] at `start`
     void attention(const AttentionArgs &a) const;
 

@@ -18,6 +18,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__unix__) || defined(__APPLE__)
@@ -47,7 +48,7 @@ struct Table {
     static Table from(py::array a, const char *what) {
         Table t;
         if (a.ndim() != 2) throw std::invalid_argument(std::string(what) + " must be 2-D");
-        if (!a.dtype().is(py::dtype("float16")) && !a.dtype().is(py::dtype::of<float>()))
+        if (!is_half(a.dtype()) && !is_float(a.dtype()))
             throw std::invalid_argument(std::string(what) + " must be float16 or float32");
         t.keep = half_or_float(a, t.f16);
         t.ptr = t.keep.data();
@@ -94,8 +95,8 @@ class CpuModel {
     CpuModel(const std::string &isa, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
              int64_t rot_dim, double rope_theta, const std::string &rope_style, double eps,
              const std::string &ffn_activation, py::array embedding, py::object head, py::array output_norm,
-             py::list layers)
-        : keep_{embedding, head, output_norm, layers}, k_(kernel_table(isa)), H_(hidden), Hq_(heads), Hkv_(kv_heads), D_(head_dim), rot_dim_(rot_dim),
+             py::list layers, py::object head_check)
+        : keep_{embedding, head, output_norm, layers, head_check}, k_(kernel_table(isa)), H_(hidden), Hq_(heads), Hkv_(kv_heads), D_(head_dim), rot_dim_(rot_dim),
           theta_(rope_theta), eps_(eps) {
         if (rope_style != "neox" && rope_style != "norm")
             throw std::invalid_argument("unknown rope style '" + rope_style + "'");
@@ -113,7 +114,13 @@ class CpuModel {
             head_i8_ = head.cast<std::shared_ptr<DenseI8>>();
             vocab_ = head_i8_->rows;
             if (head_i8_->cols != H_) throw std::invalid_argument("head: wrong width");
+            if (!head_check.is_none()) {  // the float table the int8 head was made from
+                head_ = Table::from(head_check.cast<py::array>(), "head_check");
+                if (head_.rows != vocab_ || head_.cols != H_)
+                    throw std::invalid_argument("head_check: not the int8 head's shape");
+            }
         } else {
+            if (!head_check.is_none()) throw std::invalid_argument("head_check needs an int8 head");
             head_ = Table::from(head.cast<py::array>(), "head");
             vocab_ = head_.rows;
             if (head_.cols != H_) throw std::invalid_argument("head: wrong width");
@@ -163,6 +170,11 @@ class CpuModel {
     }
 
     int64_t vocab() const { return vocab_; }
+    // tokens through the checked int8 head so far, and the logits it recomputed exactly
+    std::pair<int64_t, int64_t> head_checks() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return {head_checked_tokens_, head_checked_rows_};
+    }
     int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
 
     // Append ids [T] to the caches (k_caches[i], v_caches[i]: float32 or float16 [S, Hkv, D],
@@ -298,8 +310,8 @@ class CpuModel {
     void *cache_ptr(py::handle h, int64_t start, int64_t T, int64_t &S, int &f16) {
         if (!py::isinstance<py::array>(h)) throw std::invalid_argument("a KV cache must be a numpy array");
         auto arr = py::reinterpret_borrow<py::array>(h);
-        const bool half = arr.dtype().is(py::dtype("float16"));
-        if (!(half || arr.dtype().is(py::dtype::of<float>())) || !(arr.flags() & py::array::c_style))
+        const bool half = is_half(arr.dtype());
+        if (!(half || is_float(arr.dtype())) || !(arr.flags() & py::array::c_style))
             throw std::invalid_argument("a KV cache must be a contiguous float32 or float16 array");
         if (f16 >= 0 && half != (f16 == 1)) throw std::invalid_argument("the KV caches mix float16 and float32");
         f16 = half ? 1 : 0;
@@ -397,7 +409,10 @@ class CpuModel {
             rows = o;
         }
         c.rmsnorm(rows, output_norm_, n, H, eps_, h);
-        if (head_i8_) c.dense_i8(*head_i8_, h, n, logits, xq, xs, sum);
+        if (head_i8_ && head_.ptr) {
+            head_checked_rows_ += c.dense_i8_checked(*head_i8_, head_.ptr, head_.f16, h, n, logits, xq, xs, sum);
+            head_checked_tokens_ += n;
+        } else if (head_i8_) c.dense_i8(*head_i8_, h, n, logits, xq, xs, sum);
         else c.dense(head_.ptr, head_.f16, head_.rows, H, h, n, logits);
     }
 
@@ -407,13 +422,14 @@ class CpuModel {
     int64_t kp_h_ = 0, kp_q_ = 0, kp_f_ = 0, kp_head_ = 0;
     double theta_, eps_;
     bool neox_ = true, silu_ = false;
-    Table embedding_, head_;
+    Table embedding_, head_;  // head_: the float head, or the int8 head's check table (or none)
     std::shared_ptr<DenseI8> head_i8_;
     const float *output_norm_ = nullptr;
     std::vector<Layer> layers_;
     std::vector<std::shared_ptr<TernaryMatrix>> matrices_;
     Buffer scratch_;
     size_t scratch_floats_ = 0;
+    int64_t head_checked_tokens_ = 0, head_checked_rows_ = 0;
     std::mutex mu_;
 };
 
@@ -424,15 +440,17 @@ void register_model(py::module_ &m) {
         "A whole BitNet b1.58 model on the CPU kernels: one call per forward pass.")
         .def(py::init<const std::string &, int64_t, int64_t, int64_t, int64_t, int64_t, double,
                       const std::string &, double, const std::string &, py::array, py::object, py::array,
-                      py::list>(),
+                      py::list, py::object>(),
              py::arg("isa"), py::arg("hidden"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"),
              py::arg("rot_dim"), py::arg("rope_theta"), py::arg("rope_style"), py::arg("eps"),
              py::arg("ffn_activation"), py::arg("embedding"), py::arg("head"), py::arg("output_norm"),
-             py::arg("layers"))
+             py::arg("layers"), py::arg("head_check") = py::none())
         .def("read_embedding_from", &CpuModel::read_embedding_from, py::arg("fd"), py::arg("offset"),
              "Read embedding rows with pread from `fd` (the table at byte `offset`); the caller keeps it open.")
         .def_property_readonly("vocab", &CpuModel::vocab)
         .def_property_readonly("num_layers", &CpuModel::num_layers)
+        .def_property_readonly("head_checks", &CpuModel::head_checks,
+                               "(tokens, logits recomputed exactly) of the checked int8 head so far")
         .def("forward", &CpuModel::forward, py::arg("ids"), py::arg("k_caches"), py::arg("v_caches"),
              py::arg("start"), py::arg("all_logits"), py::arg("threads"))
         .def("forward_batch", &CpuModel::forward_batch, py::arg("ids"), py::arg("counts"), py::arg("starts"),

@@ -162,17 +162,29 @@ class Kernels {
         return y;
     }
 
-    py::array_t<float> matmul_dense_i8(CArray<float> x, const DenseI8 &d) {
+    // check: the float table d was made from, or None (see Compute::dense_i8_checked)
+    py::array_t<float> matmul_dense_i8(CArray<float> x, const DenseI8 &d, py::object check) {
         auto [T, K] = shape2(x, "matmul_dense_i8");
         if (K != d.cols) throw std::invalid_argument("matmul_dense_i8: activations do not match the table");
+        bool f16 = false;
+        const bool checked = !check.is_none();
+        py::array tab;  // (a default py::array is an empty array, not a null handle)
+        if (checked) {
+            auto table = check.cast<py::array>();
+            if (table.ndim() != 2 || table.shape(0) != d.rows || table.shape(1) != d.cols)
+                throw std::invalid_argument("matmul_dense_i8: the check table does not match the int8 table");
+            tab = half_or_float(table, f16);
+            if (!tab) throw std::invalid_argument("matmul_dense_i8: check table must be float16 or float32");
+        }
         py::array_t<float> y({T, d.rows});
         {
             py::gil_scoped_release nogil;
             Buffer xq = aligned_buffer(static_cast<size_t>(T * d.stride));
             std::vector<float> xs(T);
             std::vector<int32_t> sum(T);
-            c_.dense_i8(d, x.data(), T, y.mutable_data(), reinterpret_cast<int8_t *>(xq.get()), xs.data(),
-                        sum.data());
+            int8_t *q = reinterpret_cast<int8_t *>(xq.get());
+            if (checked) c_.dense_i8_checked(d, tab.data(), f16, x.data(), T, y.mutable_data(), q, xs.data(), sum.data());
+            else c_.dense_i8(d, x.data(), T, y.mutable_data(), q, xs.data(), sum.data());
         }
         return y;
     }
@@ -300,7 +312,10 @@ void register_ops(py::module_ &m) {
         .def("matmul_i2s", &Kernels::matmul_i2s, py::arg("xq"), py::arg("xscale"), py::arg("weight"))
         .def("matmul_ternary_float", &Kernels::matmul_ternary_float, py::arg("x"), py::arg("weight"))
         .def("matmul_dense", &Kernels::matmul_dense, py::arg("x"), py::arg("table"))
-        .def("matmul_dense_i8", &Kernels::matmul_dense_i8, py::arg("x"), py::arg("table"))
+        .def("matmul_dense_i8", &Kernels::matmul_dense_i8, py::arg("x"), py::arg("table"),
+             py::arg("check") = py::none(),
+             "The int8 head; with check (its float table) every row that could hold a token's "
+             "largest logit is recomputed exactly on it.")
         .def("attention", &Kernels::attention, py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("start"))
         .def("rmsnorm", &Kernels::rmsnorm, py::arg("x"), py::arg("weight"), py::arg("eps"))
         .def("rope", &Kernels::rope, py::arg("x"), py::arg("positions"), py::arg("theta"), py::arg("style"),

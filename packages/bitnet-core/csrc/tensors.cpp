@@ -1,6 +1,8 @@
 // Packed weights of the CPU kernels (see tensors.h) and their Python bindings.
 #include "tensors.h"
 
+#include "threadpool.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -18,15 +20,31 @@ Buffer aligned_buffer(size_t n) {
 }
 
 float half_bits_to_float(uint16_t h) {
-    const int e = (h >> 10) & 0x1f, man = h & 0x3ff;
-    float v = e == 0 ? std::ldexp(static_cast<float>(man), -24)
-              : e == 31 ? (man ? NAN : INFINITY)
-                        : std::ldexp(static_cast<float>(man | 0x400), e - 25);
-    return (h & 0x8000) ? -v : v;
+    const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16, e = (h >> 10) & 0x1f, man = h & 0x3ff;
+    uint32_t bits;
+    if (e == 31) bits = sign | 0x7f800000u | (man << 13);  // inf, NaN (payload kept)
+    else if (e) bits = sign | ((e + 112) << 23) | (man << 13);  // normal: rebias 15 -> 127
+    else {  // zero, subnormal: man * 2^-24, exact in float
+        const float v = static_cast<float>(man) * 5.9604644775390625e-8f;
+        std::memcpy(&bits, &v, 4);
+        bits |= sign;
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
 }
 
+namespace {
+bool equivalent(const py::dtype &a, const py::dtype &b) {
+    return py::detail::npy_api::get().PyArray_EquivTypes_(a.ptr(), b.ptr());
+}
+}  // namespace
+
+bool is_half(const py::dtype &a) { return equivalent(a, py::dtype("float16")); }
+bool is_float(const py::dtype &a) { return equivalent(a, py::dtype::of<float>()); }
+
 py::array half_or_float(py::array a, bool &f16) {
-    f16 = a.dtype().is(py::dtype("float16"));
+    f16 = is_half(a.dtype());
     if (f16) return CArray<uint16_t>::ensure(a.attr("view")("uint16"));
     return CArray<float>::ensure(a);
 }
@@ -177,21 +195,16 @@ std::shared_ptr<DenseI8> dense_i8_empty(int64_t rows, int64_t cols) {
     d->stride = round_up(std::max<int64_t>(cols, 1), 32);
     d->data = aligned_buffer(d->nbytes());
     d->scales.assign(rows, 1.0f);
+    d->l1.assign(rows, 0);
     return d;
 }
 
-void dense_i8_fill_rows(DenseI8 &d, int64_t start, py::array block) {
-    if (block.ndim() != 2 || block.shape(1) != d.cols)
-        throw std::invalid_argument("dense table rows do not match the table's columns");
-    const int64_t n = block.shape(0);
-    if (start < 0 || start + n > d.rows) throw std::invalid_argument("dense table rows out of range");
-    bool f16 = false;
-    py::array tab = half_or_float(block, f16);
-    if (!tab) throw std::invalid_argument("dense table must be float16 or float32");
-    const void *src = tab.data();
-    py::gil_scoped_release nogil;
+namespace {
+
+// rows i0 .. i1 of a float16 (bits) or float32 block [n, d.cols] into rows start + i of d
+void fill_i8_rows(DenseI8 &d, const void *src, bool f16, int64_t start, int64_t i0, int64_t i1) {
     std::vector<float> row(d.cols);
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = i0; i < i1; ++i) {
         if (f16) {
             const uint16_t *h = static_cast<const uint16_t *>(src) + i * d.cols;
             for (int64_t c = 0; c < d.cols; ++c) row[c] = half_bits_to_float(h[c]);
@@ -203,9 +216,36 @@ void dense_i8_fill_rows(DenseI8 &d, int64_t start, py::array block) {
         const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
         d.scales[start + i] = s;
         int8_t *o = reinterpret_cast<int8_t *>(d.data.get()) + (start + i) * d.stride;
-        for (int64_t c = 0; c < d.cols; ++c)
+        int32_t l1 = 0;
+        for (int64_t c = 0; c < d.cols; ++c) {
             o[c] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, std::nearbyint(row[c] / s))));
+            l1 += std::abs(static_cast<int32_t>(o[c]));
+        }
+        d.l1[start + i] = l1;
     }
+}
+
+}  // namespace
+
+void dense_i8_fill_rows(DenseI8 &d, int64_t start, py::array block) {
+    if (block.ndim() != 2 || block.shape(1) != d.cols)
+        throw std::invalid_argument("dense table rows do not match the table's columns");
+    const int64_t n = block.shape(0);
+    if (start < 0 || start + n > d.rows) throw std::invalid_argument("dense table rows out of range");
+    bool f16 = false;
+    py::array tab = half_or_float(block, f16);
+    if (!tab) throw std::invalid_argument("dense table must be float16 or float32");
+    struct Ctx {
+        DenseI8 *d;
+        const void *src;
+        bool f16;
+        int64_t start;
+    } ctx{&d, tab.data(), f16, start};
+    py::gil_scoped_release nogil;
+    parallel_for(n, 64, 0, [](void *c, int64_t i0, int64_t i1) {
+        auto *p = static_cast<Ctx *>(c);
+        fill_i8_rows(*p->d, p->src, p->f16, p->start, i0, i1);
+    }, &ctx);
 }
 
 std::shared_ptr<DenseI8> dense_i8_from(py::array table) {

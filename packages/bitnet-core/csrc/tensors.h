@@ -54,11 +54,15 @@ struct TernaryMatrix {
 };
 
 // A dense table [rows, cols] as int8 rows (padded to a multiple of 32
-// columns) with per-row absmax scales: the int8 output head.
+// columns) with per-row absmax scales: the int8 output head. A row r stands
+// for the float row w_r = scales[r] * q_r + a_r with |a_r| <= scales[r] / 2
+// elementwise; l1[r] = sum |q_r| (what bounds the head's error, see
+// Compute::dense_i8_checked).
 struct DenseI8 {
     int64_t rows = 0, cols = 0, stride = 0;
     Buffer data;
     std::vector<float> scales;
+    std::vector<int32_t> l1;
     size_t nbytes() const { return static_cast<size_t>(rows * stride); }
     const int8_t *row(int64_t r) const { return reinterpret_cast<const int8_t *>(data.get()) + r * stride; }
 };
@@ -70,6 +74,11 @@ std::shared_ptr<DenseI8> dense_i8_from(py::array table);
 std::shared_ptr<DenseI8> dense_i8_empty(int64_t rows, int64_t cols);
 // Rows [start, start + block rows) from a float16 or float32 block [n, cols].
 void dense_i8_fill_rows(DenseI8 &d, int64_t start, py::array block);
+
+// `a` is float16 / float32 (numpy's equivalence: not object identity, since a
+// dtype made elsewhere, e.g. by gguf-py's reader, is not numpy's own instance)
+bool is_half(const py::dtype &a);
+bool is_float(const py::dtype &a);
 
 // float16 bits -> float (exact)
 float half_bits_to_float(uint16_t h);

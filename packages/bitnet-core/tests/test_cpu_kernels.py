@@ -245,6 +245,96 @@ def test_matmul_dense_int8_head_equals_scalar(prov, shape):
     np.testing.assert_array_equal(prov.matmul_dense(x, table), scalar.matmul_dense(x, table))
 
 
+def _near_tie_table(rng, n: int, k: int, dtype) -> np.ndarray:
+    """A head whose rows come in near-ties: row pairs that differ by a little noise, so
+    the int8 copy's rounding reorders their logits for many inputs."""
+    base = rng.standard_normal((n // 2 + 1, k))
+    table = np.repeat(base, 2, axis=0)[:n] + 1e-3 * rng.standard_normal((n, k))
+    return table.astype(dtype)
+
+
+def _int8_bound(table: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """[T, N]: the bound dense_i8_checked uses on |int8 logit - exact logit| (at 0.5)."""
+    w = table.astype(np.float32)
+    s = np.abs(w).max(axis=1) / np.float32(127)
+    s[s == 0] = 1
+    l1 = np.abs(np.clip(np.rint(w / s[:, None]), -127, 127)).sum(axis=1)
+    xs = np.float32(127) / np.maximum(np.abs(x).max(axis=1), np.float32(1e-5))
+    return 0.5 * s[None, :] * (np.abs(x).sum(axis=1)[:, None] + l1[None, :] / xs[:, None])
+
+
+# (T, K, N): one token and several; K below, at and off the 32-column block; N odd, and
+# below / above the 4-row tiles and the 16-row blocks
+CHECKED_SHAPES = [(1, 5, 3), (1, 64, 90), (3, 70, 41), (8, 257, 130), (1, 1536, 1001), (5, 96, 16)]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("shape", CHECKED_SHAPES)
+def test_matmul_dense_int8_checked(prov, shape, dtype):
+    """The checked int8 head: every token's argmax is the exact head's, and every
+    logit is either the exact head's (bit for bit) or the int8 head's, the latter only
+    where its bound rules the row out of the maximum."""
+    t, k, n = shape
+    rng = np.random.default_rng(n * k)
+    table = _near_tie_table(rng, n, k, dtype)
+    x = rng.standard_normal((t, k)).astype(np.float32)
+    exact = prov.matmul_dense(x, table)  # the op is exact under the default (auto)
+    prov._int8_head = True
+    approx = prov.matmul_dense(x, table)
+    prov._int8_head = "checked"
+    got = prov.matmul_dense(x, table)
+    np.testing.assert_array_equal(got.argmax(axis=1), exact.argmax(axis=1))
+    redone = got == exact
+    assert np.array_equal(got[~redone], approx[~redone])
+    bound = _int8_bound(table, x)
+    assert (np.abs(approx - exact) <= bound * 1.001 + 1e-6).all()
+    # a row left at its int8 value is below the maximum by the bound
+    floor = (approx - bound).max(axis=1, keepdims=True)
+    assert (approx + bound < floor)[~redone].all()
+
+
+def test_matmul_dense_int8_checked_where_int8_alone_errs(prov):
+    """On near-tied rows the int8 head alone picks another token for some inputs (so
+    the test can fail); the checked head picks the exact head's every time."""
+    rng = np.random.default_rng(0)
+    table = _near_tie_table(rng, 512, 256, np.float16)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    exact = prov.matmul_dense(x, table).argmax(axis=1)
+    prov._int8_head = True
+    assert (prov.matmul_dense(x, table).argmax(axis=1) != exact).any()
+    prov._int8_head = "checked"
+    np.testing.assert_array_equal(prov.matmul_dense(x, table).argmax(axis=1), exact)
+
+
+def test_matmul_dense_int8_checked_rows_do_not_depend_on_batch(prov):
+    rng = np.random.default_rng(2)
+    table = _near_tie_table(rng, 301, 160, np.float16)
+    x = rng.standard_normal((9, 160)).astype(np.float32)
+    prov._int8_head = "checked"
+    alone = np.concatenate([prov.matmul_dense(x[i : i + 1], table) for i in range(9)])
+    np.testing.assert_array_equal(prov.matmul_dense(x, table), alone)
+
+
+def test_head_modes(monkeypatch):
+    prov = PROVIDER_CLASSES["cpu-scalar"](threads=1)
+    for value, mode in (("", "auto"), ("auto", "auto"), ("0", "exact"), ("1", "int8")):
+        monkeypatch.setenv("BITNET_CPU_INT8_HEAD", value)
+        assert prov.head_mode == mode
+    monkeypatch.setenv("BITNET_CPU_INT8_HEAD", "Checked")
+    assert prov.head_mode == "checked"
+    monkeypatch.setenv("BITNET_CPU_INT8_HEAD", "maybe")
+    with pytest.raises(ConfigError, match="BITNET_CPU_INT8_HEAD"):
+        prov.head_mode  # noqa: B018
+    monkeypatch.delenv("BITNET_CPU_INT8_HEAD")
+    # auto: a model head of 16 MiB and more is checked (up to 32768 columns), below exact
+    big = np.lib.stride_tricks.as_strided(np.zeros(1, np.float16), (8192, 1024), (0, 0))
+    assert prov.head_mode_for(big) == "checked"
+    assert prov.head_mode_for(big[:8191]) == "exact"
+    wide = np.lib.stride_tricks.as_strided(np.zeros(1, np.float32), (128, 32769), (0, 0))
+    assert prov.head_mode_for(wide) == "exact"
+    assert PROVIDER_CLASSES["cpu-scalar"](int8_head=False).head_mode_for(big) == "exact"
+
+
 @pytest.mark.parametrize("shape", [(1, 1), (3, 7), (5, 1536), (2, 2561)])
 def test_rmsnorm(prov, shape):
     rng = np.random.default_rng(shape[1])

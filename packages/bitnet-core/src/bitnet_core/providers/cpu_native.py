@@ -14,9 +14,17 @@ Settings (environment, or the constructor / ``set_threads``):
   TQ2_0 tensors are used in place, zero-copy, other formats are repacked to
   ``i2_128``), ``i2_128`` (2 bits a weight) or ``tq1_160`` (1.6 bits a weight:
   20% fewer bytes, more decode work);
-- ``BITNET_CPU_INT8_HEAD=1``: run ``matmul_dense`` (the output head) on an int8
-  copy of the table with per-row scales: half the bytes of float16, an
-  approximation (about 1% relative error of the logits), so off by default;
+- ``BITNET_CPU_INT8_HEAD``: the output head (``matmul_dense``). ``checked``:
+  an int8 copy of the table with per-row scales (half the bytes of float16),
+  then every row whose error bound says it could hold a token's largest logit
+  is recomputed exactly on the float table: each token's argmax (greedy
+  decoding) and the logits near it are the exact head's, bit for bit, the
+  others the int8 approximation (within about 1% of the largest logit).
+  ``0``: the float table, every logit exact. ``1``: the int8 copy alone, which
+  can change a greedy token. ``auto`` (the default): ``checked`` for a head
+  table of at least 16 MiB (where its bytes are a large share of a decode
+  step), ``0`` below (the model head of the fused runner: the ``matmul_dense``
+  op itself takes ``auto`` as ``0``);
 - ``BITNET_CPU_AFFINITY``: pin the kernels' threads (Linux): ``compact`` (thread
   i on the i-th CPU this process may use: the calling thread first, then the
   pool's workers), or a CPU list such as ``0-15`` or ``0,2,4,6``; unset or
@@ -47,6 +55,12 @@ from .file_pages import release_file_pages
 from .reference import ReferenceProvider
 
 LAYOUTS = ("auto", "i2_128", "tq1_160")
+#: What ``BITNET_CPU_INT8_HEAD`` chooses: the float head, the int8 copy, the int8
+#: copy with the exact recheck of the rows that could hold the maximum, or ``auto``
+#: (``checked`` for heads of ``CHECKED_HEAD_MIN_BYTES`` and more, else ``exact``).
+HEAD_MODES = ("auto", "exact", "int8", "checked")
+CHECKED_HEAD_MIN_BYTES = 16 << 20
+CHECKED_HEAD_MAX_COLS = 32768  # wider rows: the kernel's bound has no slack left
 _I8_BLOCK_ROWS = 4096  # rows of the output head converted to int8 at a time
 
 #: CPU features each instruction set's kernels need.
@@ -68,6 +82,20 @@ def layout_from_env() -> str:
     if layout not in LAYOUTS:
         raise ConfigError(f"BITNET_CPU_LAYOUT must be one of {', '.join(LAYOUTS)}, got {layout!r}")
     return layout
+
+
+def head_mode_from_env() -> str:
+    """``BITNET_CPU_INT8_HEAD``: unset/``auto``, ``0`` (``exact``), ``1`` (``int8``), ``checked``."""
+    text = os.environ.get("BITNET_CPU_INT8_HEAD", "").strip().lower()
+    if text in ("", "auto"):
+        return "auto"
+    if text in ("0", "false", "no", "off"):
+        return "exact"
+    if text in ("1", "true", "yes", "on"):
+        return "int8"
+    if text == "checked":
+        return "checked"
+    raise ConfigError(f"BITNET_CPU_INT8_HEAD must be auto, 0, 1 or checked, got {text!r}")
 
 
 def parse_cpu_list(text: str) -> list[int]:
@@ -126,11 +154,14 @@ class NativeCpuProvider(ReferenceProvider):
     kv_dtypes = ("float16", "float32")
 
     def __init__(
-        self, threads: int | None = None, layout: str | None = None, int8_head: bool | None = None
+        self,
+        threads: int | None = None,
+        layout: str | None = None,
+        int8_head: bool | str | None = None,
     ) -> None:
         self._threads = threads
         self._layout = layout
-        self._int8_head = int8_head
+        self._int8_head = int8_head  # True, False, "checked", "auto", or None: the environment
         self._kernels: Any = None
         self._i8_tables: dict[int, tuple[np.ndarray, Any]] = {}
 
@@ -151,10 +182,26 @@ class NativeCpuProvider(ReferenceProvider):
         return self._layout or layout_from_env()
 
     @property
-    def int8_head(self) -> bool:
-        if self._int8_head is not None:
-            return self._int8_head
-        return os.environ.get("BITNET_CPU_INT8_HEAD", "0").strip() not in ("", "0", "false")
+    def head_mode(self) -> str:
+        """How the output head runs, as configured: one of ``HEAD_MODES``."""
+        choice = self._int8_head
+        if choice is None:
+            return head_mode_from_env()
+        if choice in ("checked", "auto"):
+            return str(choice)
+        if isinstance(choice, bool):
+            return "int8" if choice else "exact"
+        raise ConfigError(f"int8_head must be True, False, 'checked' or 'auto', got {choice!r}")
+
+    def head_mode_for(self, table: Any) -> str:
+        """How a model's head on ``table`` runs: ``exact``, ``int8`` or ``checked`` (``auto``
+        resolved by the table's size; the ``matmul_dense`` op takes ``auto`` as ``exact``)."""
+        mode = self.head_mode
+        if mode != "auto":
+            return mode
+        rows, cols = np.shape(table)
+        big = rows * cols * np.dtype(table.dtype).itemsize >= CHECKED_HEAD_MIN_BYTES
+        return "checked" if big and cols <= CHECKED_HEAD_MAX_COLS else "exact"
 
     @property
     def kernels(self) -> Any:
@@ -245,14 +292,18 @@ class NativeCpuProvider(ReferenceProvider):
         return self._run("matmul_ternary_float", _f32(x), weight)
 
     def matmul_dense(self, x: np.ndarray, table: Any) -> np.ndarray:
-        head = self.head_table(table)
+        # the op is exact unless asked otherwise: auto is for a model's head (head_mode_for)
+        mode = "exact" if self.head_mode == "auto" else self.head_mode
+        head = self.head_table(table, mode)
         if isinstance(head, np.ndarray):
             return self._run("matmul_dense", _f32(x), head)
-        return self._run("matmul_dense_i8", _f32(x), head)
+        check = np.asarray(table) if mode == "checked" else None
+        return self._run("matmul_dense_i8", _f32(x), head, check)
 
-    def head_table(self, table: Any) -> Any:
-        """What ``matmul_dense`` runs on: the table, or its int8 copy (``int8_head``)."""
-        if not self.int8_head:
+    def head_table(self, table: Any, mode: str | None = None) -> Any:
+        """What a head in ``mode`` (default: ``head_mode_for(table)``) runs on: the table,
+        or its int8 copy."""
+        if (mode or self.head_mode_for(table)) == "exact":
             return np.asarray(table)
         hit = self._i8_tables.get(id(table))
         if hit is not None and hit[0] is table:

@@ -41,12 +41,12 @@ from .file_pages import file_extent, release_file_pages
 
 
 def fused_kernels(
-    layers: int, decode: bool, prefill: bool, int8_head: bool, sub_norms: bool = True
+    layers: int, decode: bool, prefill: bool, head: str = "dense", sub_norms: bool = True
 ) -> dict[str, int]:
     """The ``Compute`` kernels one ``CpuModel`` pass runs (``csrc/model.cpp``), by name, with
     their calls; ``decode``/``prefill``: it has one-token / longer sequences (a ternary call
-    covers q|k|v or gate|up); ``sub_norms``: the model has two a layer (the llama graph
-    has none)."""
+    covers q|k|v or gate|up); ``head``: the head's kernel (``HEAD_KERNELS``);
+    ``sub_norms``: the model has two a layer (the llama graph has none)."""
     per_layer = {
         "rmsnorm": 4 if sub_norms else 2,
         "quantize": 4,
@@ -62,8 +62,12 @@ def fused_kernels(
     calls = {name: n * layers for name, n in per_layer.items()}
     calls["embedding"] = 1
     calls["rmsnorm"] += 1  # the output norm
-    calls["dense_i8" if int8_head else "dense"] = 1
+    calls[head] = 1
     return {f"CpuModel.{name}": n for name, n in calls.items()}
+
+
+#: The head's ``Compute`` kernel for each of the provider's ``head_mode``s.
+HEAD_KERNELS = {"exact": "dense", "int8": "dense_i8", "checked": "dense_i8_checked"}
 
 
 def fused_enabled() -> bool:
@@ -88,7 +92,10 @@ class FusedCpuRunner(GenericRunner):
     def _build(self) -> Any:
         p, cfg, w = self._provider, self.config, self.weights
         head = p.head_table(w.head)
-        self._head_i8 = not isinstance(head, np.ndarray)
+        mode = p.head_mode_for(w.head)
+        self._head_kernel = HEAD_KERNELS[mode]
+        # checked: the rows the int8 head cannot rule out are recomputed on the float table
+        check = np.asarray(w.head) if mode == "checked" else None
         # the embedding table is only gathered from (the head reads another table, or
         # an int8 copy): its rows are read from the file (pread) instead of the mapping,
         # where a row read maps its whole page-cache folio (up to 2 MB on ext4), or
@@ -128,6 +135,7 @@ class FusedCpuRunner(GenericRunner):
                 head=head,
                 output_norm=w.output_norm,
                 layers=layers,
+                head_check=check,
             )
         except (ValueError, TypeError) as exc:
             raise ShapeError(f"{p.name}: cannot build the fused model: {exc}") from None
@@ -158,7 +166,7 @@ class FusedCpuRunner(GenericRunner):
         """One native call's kernels and submission in the provider's trace."""
         trace = self._provider.trace
         cfg = self.config
-        kernels = fused_kernels(cfg.num_layers, decode, prefill, self._head_i8, cfg.sub_norms)
+        kernels = fused_kernels(cfg.num_layers, decode, prefill, self._head_kernel, cfg.sub_norms)
         for name, calls in kernels.items():
             trace.kernel(name, calls)
         trace.submit()
