@@ -151,7 +151,7 @@ constexpr double kHeadBound = 0.51;
 constexpr int64_t kHeadBoundMaxK = 32768;
 
 int64_t Compute::dense_i8_checked(const DenseI8 &d, const void *w, bool f16, const float *x, int64_t T,
-                                  float *y, int8_t *xq, float *xs, int32_t *sum) const {
+                                  float *y, int8_t *xq, float *xs, int32_t *sum, const RowSource *source) const {
     const int64_t N = d.rows, K = d.cols;
     if (K > kHeadBoundMaxK) {
         dense(w, f16, N, K, x, T, y);
@@ -186,15 +186,25 @@ int64_t Compute::dense_i8_checked(const DenseI8 &d, const void *w, bool f16, con
         float *y;
         int64_t N, K;
         const int64_t *rows;
-    } ctx{k_, w, f16, x, y, N, K, rows.data()};
+        const RowSource *source;
+    } ctx{k_, w, f16, x, y, N, K, rows.data(), source};
     parallel_for(static_cast<int64_t>(rows.size()), 16, threads_, [](void *c, int64_t i0, int64_t i1) {
         auto *p = static_cast<Ctx *>(c);
+        std::vector<float> row(p->source ? static_cast<size_t>(p->K) : 0);
         for (int64_t i = i0; i < i1; ++i) {
             const int64_t t = p->rows[i] / p->N, r = p->rows[i] % p->N;
-            // one token, one row: the sum dense() makes of it (its rows do not depend on the batch)
-            const DenseArgs a{p->w, p->K, p->K, p->x + t * p->K, nullptr, p->K, nullptr, nullptr, 1,
-                              p->y + t * p->N, p->N};
-            (p->f16 ? p->k->dense_f16 : p->k->dense_f32)(a, r, r + 1);
+            // one token, one row: the sum dense() makes of it (its rows do not depend on the
+            // batch; the float16 and float32 kernels sum the same values in the same order)
+            DenseArgs a{p->w, p->K, p->K, p->x + t * p->K, nullptr, p->K, nullptr, nullptr, 1,
+                        p->y + t * p->N, p->N};
+            if (p->source) {
+                p->source->read(p->source->ctx, r, row.data());
+                a.w = row.data();
+                a.y += r;
+                p->k->dense_f32(a, 0, 1);
+            } else {
+                (p->f16 ? p->k->dense_f16 : p->k->dense_f32)(a, r, r + 1);
+            }
         }
     }, &ctx);
     return static_cast<int64_t>(rows.size());

@@ -23,6 +23,13 @@ struct RopeTable {
     std::vector<double> cs, sn;  // [T, half]
 };
 
+// Where a float table's rows come from when not from memory: read(ctx, r, out)
+// writes row r as float32 (e.g. read from the file with pread).
+struct RowSource {
+    void (*read)(const void *ctx, int64_t row, float *out);
+    const void *ctx;
+};
+
 // One output of a ternary matmul: y [T, w->rows] = x W^T.
 struct TernaryOut {
     const TernaryMatrix *w;
@@ -60,8 +67,9 @@ class Compute {
     // the argmax of each token's logits is the exact head's, and so is every
     // logit near the top; the other rows keep the int8 head's value (within the
     // bound below of the exact one). Returns how many (token, row) logits it recomputed.
+    // With `rows`, the float rows come from it (as float32: the same sums) instead of w.
     int64_t dense_i8_checked(const DenseI8 &d, const void *w, bool f16, const float *x, int64_t T, float *y,
-                          int8_t *xq, float *xs, int32_t *sum) const;
+                             int8_t *xq, float *xs, int32_t *sum, const RowSource *rows = nullptr) const;
 
     // causal grouped-query attention of q [T, Hq, D] over k/v [S, Hkv, D] at `start`
     void attention(const AttentionArgs &a) const;

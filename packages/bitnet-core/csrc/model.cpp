@@ -156,17 +156,17 @@ class CpuModel {
     // or untied head), a row read through the mapping maps its whole page-cache
     // folio (up to 2 MB on ext4), so a prompt of random ids made much of the
     // table resident. The caller keeps the file open. False where there is no pread.
+    // The checked int8 head's float table, when it is the embedding (tied), reads
+    // the rows it recomputes the same way.
     bool read_embedding_from(int fd, int64_t offset) {
-#if defined(__unix__) || defined(__APPLE__)
-        std::lock_guard<std::mutex> lock(mu_);
-        embedding_.fd = fd;
-        embedding_.file_offset = offset;
-        return true;
-#else
-        (void)fd;
-        (void)offset;
-        return false;
-#endif
+        const bool tied = head_i8_ && head_.ptr == embedding_.ptr;
+        return read_rows_from(embedding_, fd, offset) && (!tied || read_rows_from(head_, fd, offset));
+    }
+
+    // The same for the checked int8 head's own float table (an untied head).
+    bool read_head_from(int fd, int64_t offset) {
+        if (!head_i8_ || !head_.ptr) throw std::invalid_argument("read_head_from: no checked int8 head");
+        return read_rows_from(head_, fd, offset);
     }
 
     int64_t vocab() const { return vocab_; }
@@ -251,6 +251,20 @@ class CpuModel {
     }
 
   private:
+    bool read_rows_from(Table &t, int fd, int64_t offset) {
+#if defined(__unix__) || defined(__APPLE__)
+        std::lock_guard<std::mutex> lock(mu_);
+        t.fd = fd;
+        t.file_offset = offset;
+        return true;
+#else
+        (void)t;
+        (void)fd;
+        (void)offset;
+        return false;
+#endif
+    }
+
     // one sequence's tokens in a forward pass: rows t0 .. t0 + n of the batch, at
     // positions start .. start + n of its caches (one K and one V per layer)
     struct Segment {
@@ -410,7 +424,13 @@ class CpuModel {
         }
         c.rmsnorm(rows, output_norm_, n, H, eps_, h);
         if (head_i8_ && head_.ptr) {
-            head_checked_rows_ += c.dense_i8_checked(*head_i8_, head_.ptr, head_.f16, h, n, logits, xq, xs, sum);
+            // rows read with pread where the table's file is known (see read_embedding_from)
+            const RowSource source{[](const void *ctx, int64_t r, float *out) {
+                                       static_cast<const Table *>(ctx)->row(r, out);
+                                   },
+                                   &head_};
+            head_checked_rows_ += c.dense_i8_checked(*head_i8_, head_.ptr, head_.f16, h, n, logits, xq, xs, sum,
+                                                     head_.fd >= 0 ? &source : nullptr);
             head_checked_tokens_ += n;
         } else if (head_i8_) c.dense_i8(*head_i8_, h, n, logits, xq, xs, sum);
         else c.dense(head_.ptr, head_.f16, head_.rows, H, h, n, logits);
@@ -445,6 +465,8 @@ void register_model(py::module_ &m) {
              py::arg("rot_dim"), py::arg("rope_theta"), py::arg("rope_style"), py::arg("eps"),
              py::arg("ffn_activation"), py::arg("embedding"), py::arg("head"), py::arg("output_norm"),
              py::arg("layers"), py::arg("head_check") = py::none())
+        .def("read_head_from", &CpuModel::read_head_from, py::arg("fd"), py::arg("offset"),
+             "Read the checked int8 head's float rows with pread from `fd` (its table at byte `offset`).")
         .def("read_embedding_from", &CpuModel::read_embedding_from, py::arg("fd"), py::arg("offset"),
              "Read embedding rows with pread from `fd` (the table at byte `offset`); the caller keeps it open.")
         .def_property_readonly("vocab", &CpuModel::vocab)

@@ -107,6 +107,36 @@ def test_embedding_rows_stay_out_of_rss_when_only_gathered(gguf, monkeypatch, pr
             )
 
 
+@linux
+def test_checked_head_reads_its_rows_with_pread(gguf, monkeypatch):
+    """The checked int8 head recomputes the rows it cannot rule out on the float16
+    table, read with pread like the embedding rows (the RSS stays flat over the whole
+    vocabulary): every token's argmax is the exact head's, and the recomputed logits
+    are the exact head's bit for bit, as through the mapping."""
+    name = _native_name()
+    ids = np.arange(512) * 16  # every 64 KB of the table
+    exact = np.concatenate(
+        [load(gguf, name, progress=False).runner.logits(ids[k : k + 64]) for k in (0, 448)]
+    )
+    monkeypatch.setenv("BITNET_CPU_INT8_HEAD", "checked")
+    m = load(gguf, name, progress=False)
+    assert m.runner._embedding_file is not None
+    m.runner.logits([1, 2, 3])  # warm-up: scratch, caches
+    base = _rss()
+    # (kept: each result's argmax, not 2 MB of logits that would count in the RSS)
+    picks = [m.runner.logits(ids[k * 64 : (k + 1) * 64]).argmax(axis=1) for k in range(8)]
+    assert _rss() - base < 3e6, (_rss() - base) / 1e6
+    np.testing.assert_array_equal(np.concatenate([picks[0], picks[7]]), exact.argmax(axis=1))
+    tokens, recomputed = m.runner._model.head_checks
+    assert tokens >= 512 and recomputed >= tokens
+    got = np.concatenate([m.runner.logits(ids[k : k + 64]) for k in (0, 448)])
+    redone = got == exact  # the rows recomputed: the exact head's bit for bit
+    np.testing.assert_array_equal(got.argmax(axis=1), exact.argmax(axis=1))
+    assert redone.sum() >= len(got) and not redone.all()
+    m.runner._model.read_embedding_from(-1, 0)  # through the mapping: the same numbers
+    np.testing.assert_array_equal(m.runner.logits(ids[:64]), got[:64])
+
+
 def test_no_progress_bar_no_tqdm_import(gguf):
     """Loading with stderr not a terminal shows no bar and does not import tqdm.auto
     (with asyncio and ssl: several MB of RSS and ~50 ms for nothing)."""

@@ -87,6 +87,7 @@ class FusedCpuRunner(GenericRunner):
         super().__init__(provider, weights, **opts)
         self._gather_only = False
         self._embedding_file: BinaryIO | None = None  # embedding rows read with pread
+        self._head_file: BinaryIO | None = None  # an untied checked head's rows, likewise
         self._model = self._build() if self.quantize_activations else None
 
     def _build(self) -> Any:
@@ -99,7 +100,8 @@ class FusedCpuRunner(GenericRunner):
         # the embedding table is only gathered from (the head reads another table, or
         # an int8 copy): its rows are read from the file (pread) instead of the mapping,
         # where a row read maps its whole page-cache folio (up to 2 MB on ext4), or
-        # else its file pages are let go after each forward pass
+        # else its file pages are let go after each forward pass; a checked head reads
+        # the float rows it recomputes the same way
         self._gather_only = not (
             isinstance(head, np.ndarray) and np.may_share_memory(head, w.embedding)
         )
@@ -140,8 +142,11 @@ class FusedCpuRunner(GenericRunner):
         except (ValueError, TypeError) as exc:
             raise ShapeError(f"{p.name}: cannot build the fused model: {exc}") from None
         if self._gather_only:
-            self._embedding_file = _open_rows_source(model, w.embedding)
+            self._embedding_file = _open_rows_source(model.read_embedding_from, w.embedding)
             release_file_pages(w.embedding)
+        if mode == "checked" and not np.may_share_memory(w.head, w.embedding):
+            self._head_file = _open_rows_source(model.read_head_from, w.head)
+            release_file_pages(w.head)
         return model
 
     def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
@@ -194,10 +199,11 @@ class FusedCpuRunner(GenericRunner):
         return logits
 
 
-def _open_rows_source(model: Any, table: np.ndarray) -> BinaryIO | None:
-    """Have ``model`` read ``table``'s rows from its file with pread (the file, kept
-    open, is returned), if ``table`` is a view of a file whose bytes there are still
-    the mapping's (checked on the first row); else None."""
+def _open_rows_source(read_from: Any, table: np.ndarray) -> BinaryIO | None:
+    """Have the model read ``table``'s rows from its file with pread (``read_from(fd,
+    offset)``, a ``CpuModel`` method; the file, kept open, is returned), if ``table`` is a
+    view of a file whose bytes there are still the mapping's (checked on the first row);
+    else None."""
     extent = file_extent(table)
     if extent is None or not table.size or not hasattr(os, "pread"):
         return None
@@ -207,9 +213,7 @@ def _open_rows_source(model: Any, table: np.ndarray) -> BinaryIO | None:
     except OSError:
         return None
     row = table[0].tobytes()
-    if os.pread(f.fileno(), len(row), offset) != row or not model.read_embedding_from(
-        f.fileno(), offset
-    ):
+    if os.pread(f.fileno(), len(row), offset) != row or not read_from(f.fileno(), offset):
         f.close()  # the file changed under the mapping, or no pread here
         return None
     return f
