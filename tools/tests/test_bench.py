@@ -168,7 +168,8 @@ def test_pytest_benchmark_kernels_run_once():
 
 def test_layout_parity_small_run(tmp_path):
     """tq1_160 is exact (the same integer dots): every greedy token and logit equal; the
-    int8 head's logits differ by a bounded amount."""
+    int8 head's logits differ by a bounded amount; the checked int8 head's greedy tokens
+    are the exact path's."""
     bench = load_script("layout_parity")
     out = tmp_path / "parity.json"
     assert bench.main(["--steps", "3", "--out", str(out)]) == 0
@@ -179,6 +180,7 @@ def test_layout_parity_small_run(tmp_path):
         assert len(m["exact_tokens"]) == 3
         assert m["tq1_160"]["equal_tokens"] and m["tq1_160"]["max_rel_logit_diff"] == 0.0
         assert 0.0 < m["int8_head"]["max_rel_logit_diff"] < 0.05
+        assert m["int8_checked"]["equal_tokens"]
 
 
 def test_batched_step_small_run(capsys, tmp_path):
