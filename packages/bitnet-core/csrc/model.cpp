@@ -13,6 +13,8 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -82,6 +84,29 @@ struct Table {
             std::memcpy(out, src, bytes);
         }
     }
+};
+
+// What a forward pass spends its time on, for `CpuModel.op_times` (the parts of
+// a layer in order, then the head and the rest)
+enum Op { kNorms, kQKV, kRopeStore, kAttention, kO, kGateUp, kGated, kDown, kHead, kOther, kOps };
+constexpr const char *kOpNames[kOps] = {"norms_quant", "ternary_qkv", "rope_kv_store", "attention",
+                                        "ternary_o", "ternary_gate_up", "gated", "ternary_down",
+                                        "head", "other"};
+
+// Wall time between marks, added to one op's total each mark (when enabled).
+class OpClock {
+  public:
+    OpClock(std::array<double, kOps> *totals) : totals_(totals) {}
+    void mark(Op op) {
+        if (!totals_) return;
+        const auto now = std::chrono::steady_clock::now();
+        (*totals_)[op] += std::chrono::duration<double>(now - last_).count();
+        last_ = now;
+    }
+
+  private:
+    std::array<double, kOps> *totals_;
+    std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
 struct Layer {
@@ -170,6 +195,21 @@ class CpuModel {
     }
 
     int64_t vocab() const { return vocab_; }
+    // Per-op wall time of the passes run while enabled (set_op_timing), in seconds by
+    // op name, with "passes": where a forward pass spends its time (bitnet bench --profile)
+    void set_op_timing(bool enabled) {
+        std::lock_guard<std::mutex> lock(mu_);
+        timing_ = enabled;
+        op_seconds_.fill(0.0);
+        op_passes_ = 0;
+    }
+    py::dict op_times() {
+        std::lock_guard<std::mutex> lock(mu_);
+        py::dict out;
+        for (int i = 0; i < kOps; ++i) out[kOpNames[i]] = op_seconds_[i];
+        out["passes"] = op_passes_;
+        return out;
+    }
     // tokens through the checked int8 head so far, and the logits it recomputed exactly
     std::pair<int64_t, int64_t> head_checks() {
         std::lock_guard<std::mutex> lock(mu_);
@@ -364,16 +404,21 @@ class CpuModel {
             for (int64_t j = 0; j < s.n; ++j) pos[s.t0 + j] = s.start + j;
         const RopeTable rope(pos.data(), T, theta_, rot_dim_);  // the angles of every layer
         std::vector<AttentionArgs> decode;  // a layer's one-token attentions
+        OpClock clock(timing_ ? &op_seconds_ : nullptr);
+        op_passes_ += timing_;
         for (int64_t t = 0; t < T; ++t) embedding_.row(ids[t], x + t * H);
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D_)));
+        clock.mark(kOther);
 
         for (size_t i = 0; i < layers_.size(); ++i) {
             const Layer &l = layers_[i];
             // attention
             c.rmsnorm(x, l.attn_norm, T, H, eps_, h);
             c.quantize(h, T, H, kpx, xq, xs, sum);
+            clock.mark(kNorms);
             const TernaryOut qkv[3] = {{l.q, q}, {l.k, kb}, {l.v, vb}};
             c.ternary(qkv, 3, xq, kpx, xs, sum, T);
+            clock.mark(kQKV);
             c.rope(q, T, Hq_, D_, rope, neox_);
             c.rope(kb, T, Hkv_, D_, rope, neox_);
             decode.clear();
@@ -389,25 +434,34 @@ class CpuModel {
                 const AttentionArgs at{q + s.t0 * Q, s.kc[i], s.vc[i], a + s.t0 * Q, s.n, Hq_, Hkv_, D_,
                                        s.start, scale, kv_f16};
                 if (s.n == 1) decode.push_back(at);  // the decode tokens: one job for all, below
-                else c.attention(at);
+                else c.attention(at);  // (a prompt chunk's attention counts as rope_kv_store)
             }
+            clock.mark(kRopeStore);
             c.attention_decode_many(decode.data(), static_cast<int64_t>(decode.size()));
+            clock.mark(kAttention);
             if (l.attn_sub_norm) c.rmsnorm(a, l.attn_sub_norm, T, Q, eps_, a);
             c.quantize(a, T, Q, kpx, xq, xs, sum);
+            clock.mark(kNorms);
             const TernaryOut wo{l.o, o};
             c.ternary(&wo, 1, xq, kpx, xs, sum, T);
             for (int64_t j = 0; j < T * H; ++j) x[j] += o[j];
+            clock.mark(kO);
             // feed-forward
             c.rmsnorm(x, l.ffn_norm, T, H, eps_, h);
             c.quantize(h, T, H, kpx, xq, xs, sum);
+            clock.mark(kNorms);
             const TernaryOut gu[2] = {{l.gate, g}, {l.up, u}};
             c.ternary(gu, 2, xq, kpx, xs, sum, T);
+            clock.mark(kGateUp);
             c.gated(silu_, g, u, g, T, F);
+            clock.mark(kGated);
             if (l.ffn_sub_norm) c.rmsnorm(g, l.ffn_sub_norm, T, F, eps_, g);
             c.quantize(g, T, F, kpx, xq, xs, sum);
+            clock.mark(kNorms);
             const TernaryOut wd{l.down, o};
             c.ternary(&wd, 1, xq, kpx, xs, sum, T);
             for (int64_t j = 0; j < T * H; ++j) x[j] += o[j];
+            clock.mark(kDown);
         }
         if (head == Head::kNone) return;
         // the rows that get logits, gathered into o when they are not x's last n
@@ -423,6 +477,7 @@ class CpuModel {
             rows = o;
         }
         c.rmsnorm(rows, output_norm_, n, H, eps_, h);
+        clock.mark(kNorms);
         if (head_i8_ && head_.ptr) {
             // rows read with pread where the table's file is known (see read_embedding_from)
             const RowSource source{[](const void *ctx, int64_t r, float *out) {
@@ -434,6 +489,7 @@ class CpuModel {
             head_checked_tokens_ += n;
         } else if (head_i8_) c.dense_i8(*head_i8_, h, n, logits, xq, xs, sum);
         else c.dense(head_.ptr, head_.f16, head_.rows, H, h, n, logits);
+        clock.mark(kHead);
     }
 
     std::vector<py::object> keep_;  // the arrays whose memory the pointers below use
@@ -450,6 +506,9 @@ class CpuModel {
     Buffer scratch_;
     size_t scratch_floats_ = 0;
     int64_t head_checked_tokens_ = 0, head_checked_rows_ = 0;
+    bool timing_ = false;
+    std::array<double, kOps> op_seconds_{};
+    int64_t op_passes_ = 0;
     std::mutex mu_;
 };
 
@@ -471,6 +530,10 @@ void register_model(py::module_ &m) {
              "Read embedding rows with pread from `fd` (the table at byte `offset`); the caller keeps it open.")
         .def_property_readonly("vocab", &CpuModel::vocab)
         .def_property_readonly("num_layers", &CpuModel::num_layers)
+        .def("set_op_timing", &CpuModel::set_op_timing, py::arg("enabled"),
+             "Time each op of the passes from now on (True), or stop (False); resets the totals.")
+        .def("op_times", &CpuModel::op_times,
+             "Seconds by op over the timed passes, and their number ('passes').")
         .def_property_readonly("head_checks", &CpuModel::head_checks,
                                "(tokens, logits recomputed exactly) of the checked int8 head so far")
         .def("forward", &CpuModel::forward, py::arg("ids"), py::arg("k_caches"), py::arg("v_caches"),

@@ -167,6 +167,46 @@ def test_bench_profile_reports_per_step_figures(model_file, capsys, clean_regist
     assert "profile" not in json.loads(capsys.readouterr().out)
 
 
+def test_bench_profile_times_the_fused_cpu_ops(model_file, capsys, clean_registry):
+    """On the fused CPU engine --profile splits a decode step by op: every op's ms, the
+    GB/s of the ops that read weights (their bytes recounted here) or the KV cache."""
+    from bitnet_core.model.api import load
+
+    argv = ["bench", "-m", str(model_file), "-p", "4", "-n", "3", "--no-progress"]
+    assert main([*argv, "--device", "cpu", "--profile", "--json"]) == 0
+    prof = json.loads(capsys.readouterr().out)["profile"]
+    ops = prof["ops"]
+    assert set(ops) == {
+        "norms_quant", "ternary_qkv", "rope_kv_store", "attention", "ternary_o",
+        "ternary_gate_up", "gated", "ternary_down", "head", "other",
+    }  # fmt: skip
+    assert all(t["ms"] >= 0 for t in ops.values())
+    assert 0 < sum(t["ms"] for t in ops.values()) <= prof["wall_ms_per_step"]
+    runner = load(model_file, "cpu").runner
+    nbytes = runner.op_bytes()
+    layers = runner.weights.layers
+    assert nbytes["ternary_qkv"] == sum(
+        int(getattr(lw, n).nbytes)
+        + 4 * int(getattr(lw, n).rows) * (getattr(lw, n).layout != "tq2_0")
+        for lw in layers
+        for n in ("q", "k", "v")
+    )
+    for op in ("ternary_qkv", "ternary_o", "ternary_gate_up", "ternary_down", "head", "attention"):
+        assert ops[op]["gb_per_s"] > 0
+    assert "gb_per_s" not in ops["norms_quant"]
+    # off by default; on, it counts the passes; off again, it stops (totals restarted)
+    runner.logits([1, 2])
+    assert runner.op_times()["passes"] == 0
+    assert runner.time_ops(True)
+    runner.logits([1, 2])
+    assert runner.op_times()["passes"] == 1 and runner.op_times()["ternary_qkv"] > 0
+    runner.time_ops(False)
+    runner.logits([1, 2])
+    assert runner.op_times()["passes"] == 0
+    assert main([*argv, "--device", "cpu", "--profile"]) == 0
+    assert "ternary_gate_up" in capsys.readouterr().out
+
+
 def test_a_receipt_lists_what_its_model_ran_not_what_ran_before_on_the_provider():
     provider = ReferenceProvider()
     relu = Model(GenericRunner(provider, random_weights(strict_config("relu2"), seed=1)))

@@ -167,6 +167,44 @@ class FusedCpuRunner(GenericRunner):
             release_file_pages(self.weights.embedding)
         return logits if all_logits else logits[-1]
 
+    # --- where a pass spends its time (``bitnet bench --profile``) ------------------
+    def time_ops(self, enabled: bool) -> bool:
+        """Time each op of the fused passes from now on (True; the totals restart) or stop
+        (False); False where no fused model runs (``op_times`` is then empty)."""
+        if self._model is None:
+            return False
+        self._model.set_op_timing(enabled)
+        return True
+
+    def op_times(self) -> dict[str, float]:
+        """Seconds by op (``norms_quant``, ``ternary_qkv``, ``rope_kv_store``,
+        ``attention``, ``ternary_o``, ``ternary_gate_up``, ``gated``, ``ternary_down``,
+        ``head``, ``other``) over the timed passes, and ``passes``."""
+        return dict(self._model.op_times()) if self._model is not None else {}
+
+    def op_bytes(self) -> dict[str, int]:
+        """Bytes the weight-reading ops read a pass: each ternary op's matrices (with
+        their scales), and the head as it runs (its table, or the int8 copy and its
+        scales; a checked head's recomputed float rows are not counted)."""
+        groups = {
+            "ternary_qkv": ("q", "k", "v"),
+            "ternary_o": ("o",),
+            "ternary_gate_up": ("gate", "up"),
+            "ternary_down": ("down",),
+        }
+        out = dict.fromkeys(groups, 0)
+        for layer in self.weights.layers:
+            for op, names in groups.items():
+                for name in names:
+                    m = getattr(layer, name)
+                    # TQ2_0 in place holds its scales in its blocks; the repacked layouts a float a row
+                    out[op] += int(m.nbytes) + (0 if m.layout == "tq2_0" else 4 * int(m.rows))
+        head = self._provider.head_table(self.weights.head)
+        out["head"] = (
+            head.nbytes if isinstance(head, np.ndarray) else int(head.nbytes) + 4 * int(head.rows)
+        )
+        return out
+
     def _record(self, decode: bool, prefill: bool) -> None:
         """One native call's kernels and submission in the provider's trace."""
         trace = self._provider.trace

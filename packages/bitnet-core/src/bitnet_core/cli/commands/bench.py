@@ -5,6 +5,9 @@
 device, without the device's own threads), the wall time, and the API
 submissions the provider's trace counted (``sdk.trace``: queue submits,
 enqueues, kernel or graph launches; for the fused CPU engine, native calls).
+On the fused CPU engine it also times each op of the decode steps (ms a step,
+and GB/s for the ops that read weights or the KV cache): where a decode step's
+time goes.
 """
 
 from __future__ import annotations
@@ -52,11 +55,16 @@ class BenchRun:
     host_s: float  # main-thread CPU time of the decode steps (time.thread_time)
     wall_s: float  # wall time of the decode steps (without choosing the next token)
     submissions: int  # counted by the provider's trace during the decode steps
+    op_seconds: dict[str, float]  # by op over the decode steps (fused CPU engine, --profile)
 
 
-def bench_once(model, n_prompt: int, n_gen: int, rng: np.random.Generator) -> BenchRun:
-    """One prefill of ``n_prompt`` random ids then ``n_gen`` greedy decode steps."""
+def bench_once(
+    model, n_prompt: int, n_gen: int, rng: np.random.Generator, time_ops: bool = False
+) -> BenchRun:
+    """One prefill of ``n_prompt`` random ids then ``n_gen`` greedy decode steps; with
+    ``time_ops``, the decode steps' time by op where the runner times its ops."""
     runner = model.runner
+    timing = time_ops and getattr(runner, "time_ops", None) is not None
     trace = launch_trace(model.provider)
     ids = rng.integers(0, model.config.vocab_size, size=n_prompt)
     host = wall = 0.0
@@ -65,6 +73,7 @@ def bench_once(model, n_prompt: int, n_gen: int, rng: np.random.Generator) -> Be
         logits = runner.forward(ids, seq)
         t_prompt = time.perf_counter() - t0
         submitted = trace.submissions if trace is not None else 0
+        timing = timing and runner.time_ops(True)
         t0 = time.perf_counter()
         for _ in range(n_gen):
             token = np.array([int(np.argmax(logits))])
@@ -74,16 +83,28 @@ def bench_once(model, n_prompt: int, n_gen: int, rng: np.random.Generator) -> Be
             wall += time.perf_counter() - w0
         t_gen = time.perf_counter() - t0
         submissions = trace.submissions - submitted if trace is not None else 0
+        op_seconds = runner.op_times() if timing else {}
+        if timing:
+            runner.time_ops(False)
+    op_seconds.pop("passes", None)
     return BenchRun(
-        n_prompt / t_prompt, n_gen / t_gen if n_gen else 0.0, n_gen, host, wall, submissions
+        n_prompt / t_prompt,
+        n_gen / t_gen if n_gen else 0.0,
+        n_gen,
+        host,
+        wall,
+        submissions,
+        op_seconds,
     )
 
 
-def step_profile(runs: list[BenchRun], traced: bool) -> dict:
-    """Per decode step over ``runs``: host ms, wall ms, submissions (None: no trace)."""
+def step_profile(runs: list[BenchRun], traced: bool, model=None, n_prompt: int = 0) -> dict:
+    """Per decode step over ``runs``: host ms, wall ms, submissions (None: no trace), and
+    where the runner timed its ops: ``ops`` (op -> ms a step, and GB/s for the ops that
+    read weights, or the KV cache at the steps' mean context)."""
     steps = sum(r.steps for r in runs)
     per = 1e3 / steps if steps else 0.0
-    return {
+    out = {
         "decode_steps": steps,
         "host_ms_per_step": sum(r.host_s for r in runs) * per,
         "wall_ms_per_step": sum(r.wall_s for r in runs) * per,
@@ -91,6 +112,20 @@ def step_profile(runs: list[BenchRun], traced: bool) -> dict:
             sum(r.submissions for r in runs) / steps if traced and steps else None
         ),
     }
+    if steps and any(r.op_seconds for r in runs):
+        nbytes = dict(model.runner.op_bytes())
+        kv = getattr(model.runner, "kv", None)
+        if kv is not None:  # a step at position p reads K and V of p + 1 rows of every layer
+            mean_rows = n_prompt + (steps / len(runs) + 1) / 2
+            nbytes["attention"] = int(kv.bytes_per_token * mean_rows)
+        ops = {}
+        for op in runs[0].op_seconds:
+            ms = sum(r.op_seconds.get(op, 0.0) for r in runs) * per
+            ops[op] = {"ms": ms}
+            if op in nbytes and ms > 0:
+                ops[op]["gb_per_s"] = nbytes[op] / ms / 1e6
+        out["ops"] = ops
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,7 +140,10 @@ def run(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed)
     for _ in range(args.warmup):
         bench_once(model, args.n_prompt, args.n_gen, rng)
-    runs = [bench_once(model, args.n_prompt, args.n_gen, rng) for _ in range(args.repetitions)]
+    runs = [
+        bench_once(model, args.n_prompt, args.n_gen, rng, time_ops=args.profile)
+        for _ in range(args.repetitions)
+    ]
     pp = [r.prompt_tokens_per_s for r in runs]
     tg = [r.decode_tokens_per_s for r in runs]
     result = {
@@ -125,7 +163,9 @@ def run(args: argparse.Namespace) -> int:
         "load_s": model.load_s,
     }
     if args.profile:
-        result["profile"] = step_profile(runs, launch_trace(model.provider) is not None)
+        result["profile"] = step_profile(
+            runs, launch_trace(model.provider) is not None, model, args.n_prompt
+        )
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -147,4 +187,7 @@ def run(args: argparse.Namespace) -> int:
                 f"submissions {'n/a' if subs is None else f'{subs:.1f}'}  "
                 f"({prof['decode_steps']} steps)"
             )
+            for op, t in prof.get("ops", {}).items():
+                rate = f"  {t['gb_per_s']:.1f} GB/s" if "gb_per_s" in t else ""
+                print(f"  {op:16s} {t['ms']:8.3f} ms{rate}")
     return 0
