@@ -115,36 +115,28 @@ def traffic(model) -> dict:
     row), ``kv_bytes_per_context_token`` (K and V of one cache row, every layer: what
     attention reads per token of context) and ``int8_macs_per_token`` (the ternary
     matmuls' multiply-accumulates)."""
+    from bitnet_core.providers.cpu_runner import op_bytes
+
     runner, cfg = model.runner, model.config
     w = runner.weights
-    weight_bytes = macs = 0
+    nbytes = op_bytes(model.provider, w)  # the ternary ops and the head as it runs
+    head_bytes = nbytes["head"]
+    weight_bytes = sum(nbytes.values()) + np.asarray(w.output_norm).nbytes
+    weight_bytes += cfg.hidden_size * np.asarray(w.embedding).itemsize
+    macs = 0
     for layer in w.layers:
         for name in ("q", "k", "v", "o", "gate", "up", "down"):
             m = getattr(layer, name)
-            # tq2_0 in place holds its scales in the blocks; the repacked layouts a float a row
-            weight_bytes += int(m.nbytes) + (0 if m.layout == "tq2_0" else 4 * int(m.rows))
             macs += int(m.rows) * int(m.cols)
         for name in ("attn_norm", "attn_sub_norm", "ffn_norm", "ffn_sub_norm"):
             weight_bytes += np.asarray(getattr(layer, name)).nbytes
-    head_table = getattr(model.provider, "head_table", None)
-    head = head_table(w.head) if head_table else np.asarray(w.head)
-    if isinstance(head, np.ndarray):
-        head_bytes = head.nbytes
-    else:  # the int8 copy and its per-row scales
-        head_bytes = int(head.nbytes) + 4 * int(head.rows)
-    weight_bytes += head_bytes + np.asarray(w.output_norm).nbytes
-    weight_bytes += cfg.hidden_size * np.asarray(w.embedding).itemsize
     return {
         "weight_bytes_per_token": weight_bytes,
         "head_bytes": head_bytes,
         "kv_bytes_per_context_token": runner.kv.bytes_per_token,
         "int8_macs_per_token": macs,
         "layout": getattr(model.provider, "layout", None),
-        "head_mode": (
-            model.provider.head_mode_for(w.head)
-            if hasattr(model.provider, "head_mode_for")
-            else "exact"
-        ),
+        "head_mode": model.provider.head_mode_for(w.head),
     }
 
 

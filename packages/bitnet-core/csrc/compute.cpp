@@ -159,7 +159,7 @@ int64_t Compute::dense_i8_checked(const DenseI8 &d, const void *w, bool f16, con
     }
     dense_i8(d, x, T, y, xq, xs, sum);
     std::vector<int64_t> rows;  // token * N + row, to recompute
-    std::vector<float> lo(static_cast<size_t>(N)), hi(static_cast<size_t>(N));
+    std::vector<float> hi(static_cast<size_t>(N));
     for (int64_t t = 0; t < T; ++t) {
         const float *xt = x + t * K, *yt = y + t * N;
         double x1 = 0.0;
@@ -171,10 +171,9 @@ int64_t Compute::dense_i8_checked(const DenseI8 &d, const void *w, bool f16, con
         float floor = -INFINITY;
         for (int64_t r = 0; r < N; ++r) {
             const float e = d.scales[r] * (A + B * static_cast<float>(d.l1[r]));
-            lo[r] = yt[r] - e;
+            floor = std::max(floor, yt[r] - e);
             hi[r] = yt[r] + e;
         }
-        for (int64_t r = 0; r < N; ++r) floor = std::max(floor, lo[r]);
         for (int64_t r = 0; r < N; ++r)
             if (!(hi[r] < floor)) rows.push_back(t * N + r);  // NaN too: recompute
     }

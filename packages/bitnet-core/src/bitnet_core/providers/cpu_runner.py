@@ -70,6 +70,34 @@ def fused_kernels(
 HEAD_KERNELS = {"exact": "dense", "int8": "dense_i8", "checked": "dense_i8_checked"}
 
 
+#: The ternary matrices each timed op of a pass reads (``CpuModel.op_times``).
+TERNARY_OPS = {
+    "ternary_qkv": ("q", "k", "v"),
+    "ternary_o": ("o",),
+    "ternary_gate_up": ("gate", "up"),
+    "ternary_down": ("down",),
+}
+
+
+def op_bytes(provider: Any, weights: Any) -> dict[str, int]:
+    """Bytes the weight-reading ops of a pass read, on a native CPU provider's uploaded
+    ``weights``: each ternary op's matrices with their scales (``TERNARY_OPS``), and
+    ``head`` as it runs (its table, or the int8 copy and its scales; a checked head's
+    recomputed float rows are not counted)."""
+    out = dict.fromkeys(TERNARY_OPS, 0)
+    for layer in weights.layers:
+        for op, names in TERNARY_OPS.items():
+            for name in names:
+                m = getattr(layer, name)
+                # TQ2_0 in place holds its scales in its blocks; the repacked layouts a float a row
+                out[op] += int(m.nbytes) + (0 if m.layout == "tq2_0" else 4 * int(m.rows))
+    head = provider.head_table(weights.head)
+    out["head"] = (
+        head.nbytes if isinstance(head, np.ndarray) else int(head.nbytes) + 4 * int(head.rows)
+    )
+    return out
+
+
 def fused_enabled() -> bool:
     """``BITNET_CPU_FUSED`` is unset or not one of ``0``, ``false``, ``no``, ``off``."""
     return env_enabled("BITNET_CPU_FUSED")
@@ -92,8 +120,8 @@ class FusedCpuRunner(GenericRunner):
 
     def _build(self) -> Any:
         p, cfg, w = self._provider, self.config, self.weights
-        head = p.head_table(w.head)
         mode = p.head_mode_for(w.head)
+        head = p.head_table(w.head, mode)
         self._head_kernel = HEAD_KERNELS[mode]
         # checked: the rows the int8 head cannot rule out are recomputed on the float table
         check = np.asarray(w.head) if mode == "checked" else None
@@ -183,27 +211,8 @@ class FusedCpuRunner(GenericRunner):
         return dict(self._model.op_times()) if self._model is not None else {}
 
     def op_bytes(self) -> dict[str, int]:
-        """Bytes the weight-reading ops read a pass: each ternary op's matrices (with
-        their scales), and the head as it runs (its table, or the int8 copy and its
-        scales; a checked head's recomputed float rows are not counted)."""
-        groups = {
-            "ternary_qkv": ("q", "k", "v"),
-            "ternary_o": ("o",),
-            "ternary_gate_up": ("gate", "up"),
-            "ternary_down": ("down",),
-        }
-        out = dict.fromkeys(groups, 0)
-        for layer in self.weights.layers:
-            for op, names in groups.items():
-                for name in names:
-                    m = getattr(layer, name)
-                    # TQ2_0 in place holds its scales in its blocks; the repacked layouts a float a row
-                    out[op] += int(m.nbytes) + (0 if m.layout == "tq2_0" else 4 * int(m.rows))
-        head = self._provider.head_table(self.weights.head)
-        out["head"] = (
-            head.nbytes if isinstance(head, np.ndarray) else int(head.nbytes) + 4 * int(head.rows)
-        )
-        return out
+        """Bytes the weight-reading ops read a pass (``op_bytes``)."""
+        return op_bytes(self._provider, self.weights)
 
     def _record(self, decode: bool, prefill: bool) -> None:
         """One native call's kernels and submission in the provider's trace."""
