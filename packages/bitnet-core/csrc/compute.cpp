@@ -139,15 +139,18 @@ void Compute::dense_i8(const DenseI8 &d, const float *x, int64_t T, float *y, in
 }
 
 // How far the int8 head's logit of row r can be from the exact one, for a token
-// x with scale xs (x ~ xq / xs): w_r = s_r q_r + a_r with |a_r| <= s_r / 2, and
-// x = xq / xs + b with |b| <= 1 / (2 xs) (round to nearest), so
-//   |w_r . x - s_r q_r . xq / xs| <= |a_r| . |x| + s_r |q_r| . |b|
-//                                 <= s_r (|x|_1 + l1_r / xs) / 2.
-// 0.51 instead of 0.5 covers the float rounding of both heads' sums, the scales
-// and this bound: the exact head's float sum of a row is off by at most
-// (K / 32 + 5) u 127.5 s_r |x|_1 (u = 2^-24; 32 partial sums), below the slack
-// of 0.01 s_r |x|_1 up to K = 41900; wider rows take the exact head.
-constexpr double kHeadBound = 0.51;
+// x with scale xs: w_r = s_r q_r + a_r (|a_r| <= s_r / 2 elementwise) and
+// x = xq / xs + b (|b| <= 1 / (2 xs) elementwise, round to nearest), so
+//   w_r . x - s_r q_r . xq / xs = a_r . x + s_r q_r . b,
+// at most s_r (|x|_1 + l1_r / xs) / 2 elementwise, and at most
+// |a_r|_2 |x|_2 + s_r |q_r|_2 |b|_2 by Cauchy-Schwarz. The row's bound is the
+// smaller of the two (the second is about 0.7x the first, and rules out several
+// times more rows). 0.01 s_r (|x|_1 + l1_r / xs) is added to both: it covers the
+// float rounding of both heads' sums, the scales and the bound itself. The exact
+// head's float sum of a row is off by at most (K / 32 + 5) u 127.5 s_r |x|_1
+// (u = 2^-24; 32 partial sums), below that slack up to K = 41900; wider rows
+// take the exact head.
+constexpr double kHeadBound = 0.5, kHeadSlack = 0.01;
 constexpr int64_t kHeadBoundMaxK = 32768;
 
 int64_t Compute::dense_i8_checked(const DenseI8 &d, const void *w, bool f16, const float *x, int64_t T,
@@ -158,52 +161,92 @@ int64_t Compute::dense_i8_checked(const DenseI8 &d, const void *w, bool f16, con
         return T * N;
     }
     dense_i8(d, x, T, y, xq, xs, sum);
-    std::vector<int64_t> rows;  // token * N + row, to recompute
-    std::vector<float> hi(static_cast<size_t>(N));
+    // each token's terms of the bound: A + B l1_r (elementwise), An |a_r|_2 + Bn |q_r|_2
+    // (Cauchy-Schwarz), A1 + B1 l1_r (the slack)
+    struct Terms {
+        float A, B, An, Bn, A1, B1;
+    };
+    std::vector<Terms> terms(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) {
-        const float *xt = x + t * K, *yt = y + t * N;
-        double x1 = 0.0;
-        for (int64_t k = 0; k < K; ++k) x1 += std::fabs(static_cast<double>(xt[k]));
-        const float A = static_cast<float>(kHeadBound * x1), B = static_cast<float>(kHeadBound / xs[t]);
-        // every row's exact logit is at least lo (its value minus its bound): the
-        // largest lo is one the exact maximum reaches, so only rows whose hi
-        // reaches it can hold the maximum (float: the bound's 2% slack covers it)
-        float floor = -INFINITY;
-        for (int64_t r = 0; r < N; ++r) {
-            const float e = d.scales[r] * (A + B * static_cast<float>(d.l1[r]));
-            floor = std::max(floor, yt[r] - e);
-            hi[r] = yt[r] + e;
+        const float *xt = x + t * K;
+        const int8_t *qt = xq + t * d.stride;
+        const double inv = 1.0 / static_cast<double>(xs[t]);
+        double x1 = 0.0, x2 = 0.0, b2 = 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+            const double v = xt[k], b = v - qt[k] * inv;
+            x1 += std::fabs(v);
+            x2 += v * v;
+            b2 += b * b;
         }
-        for (int64_t r = 0; r < N; ++r)
-            if (!(hi[r] < floor)) rows.push_back(t * N + r);  // NaN too: recompute
+        terms[t] = {static_cast<float>(kHeadBound * x1), static_cast<float>(kHeadBound * inv),
+                    static_cast<float>(std::sqrt(x2) * (1.0 + 1e-6)), static_cast<float>(std::sqrt(b2) * (1.0 + 1e-6)),
+                    static_cast<float>(kHeadSlack * x1), static_cast<float>(kHeadSlack * inv)};
     }
+    // every row's exact logit is at least lo (its value minus its bound): the largest
+    // lo is one the exact maximum reaches, so only rows whose hi reaches it can hold
+    // the maximum. hi and each block's largest lo, over the threads (blocks of rows x tokens)
+    constexpr int64_t kBoundRows = 4096;
+    const int64_t blocks = (N + kBoundRows - 1) / kBoundRows;
+    std::vector<float> hi(static_cast<size_t>(T * N)), lo(static_cast<size_t>(T * blocks));
+    struct Bounds {
+        const DenseI8 *d;
+        const Terms *terms;
+        const float *y;
+        float *hi, *lo;
+        int64_t N, blocks;
+    } bounds{&d, terms.data(), y, hi.data(), lo.data(), N, blocks};
+    parallel_for(T * blocks, 1, threads_, [](void *c, int64_t i0, int64_t i1) {
+        auto *p = static_cast<Bounds *>(c);
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t t = i / p->blocks, r0 = (i % p->blocks) * kBoundRows, r1 = std::min(p->N, r0 + kBoundRows);
+            const Terms &m = p->terms[t];
+            const float *yt = p->y + t * p->N;
+            float *ht = p->hi + t * p->N, floor = -INFINITY;
+            for (int64_t r = r0; r < r1; ++r) {
+                const float l1 = static_cast<float>(p->d->l1[r]);
+                const float e = p->d->scales[r] * (std::min(m.A + m.B * l1, m.An * p->d->anorm[r] + m.Bn * p->d->qnorm[r]) +
+                                                   (m.A1 + m.B1 * l1));
+                floor = std::max(floor, yt[r] - e);
+                ht[r] = yt[r] + e;
+            }
+            p->lo[i] = floor;
+        }
+    }, &bounds);
+    std::vector<float> floor(static_cast<size_t>(T), -INFINITY);
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t b = 0; b < blocks; ++b) floor[t] = std::max(floor[t], lo[t * blocks + b]);
+    std::vector<int64_t> rows;  // row * T + token, to recompute: a row's tokens together
+    for (int64_t r = 0; r < N; ++r)
+        for (int64_t t = 0; t < T; ++t)
+            if (!(hi[t * N + r] < floor[t])) rows.push_back(r * T + t);  // NaN too: recompute
     struct Ctx {
         const KernelTable *k;
         const void *w;
         bool f16;
         const float *x;
         float *y;
-        int64_t N, K;
+        int64_t N, K, T;
         const int64_t *rows;
         const RowSource *source;
-    } ctx{k_, w, f16, x, y, N, K, rows.data(), source};
+    } ctx{k_, w, f16, x, y, N, K, T, rows.data(), source};
     parallel_for(static_cast<int64_t>(rows.size()), 16, threads_, [](void *c, int64_t i0, int64_t i1) {
         auto *p = static_cast<Ctx *>(c);
-        std::vector<float> row(p->source ? static_cast<size_t>(p->K) : 0);
+        const size_t row_bytes = static_cast<size_t>(p->K) * (p->f16 ? 2 : 4);
+        std::vector<uint64_t> buf(p->source ? (row_bytes + 7) / 8 : 0);
+        const void *wr = nullptr;
+        int64_t last = -1;
         for (int64_t i = i0; i < i1; ++i) {
-            const int64_t t = p->rows[i] / p->N, r = p->rows[i] % p->N;
-            // one token, one row: the sum dense() makes of it (its rows do not depend on the
-            // batch; the float16 and float32 kernels sum the same values in the same order)
-            DenseArgs a{p->w, p->K, p->K, p->x + t * p->K, nullptr, p->K, nullptr, nullptr, 1,
-                        p->y + t * p->N, p->N};
-            if (p->source) {
-                p->source->read(p->source->ctx, r, row.data());
-                a.w = row.data();
-                a.y += r;
-                p->k->dense_f32(a, 0, 1);
-            } else {
-                (p->f16 ? p->k->dense_f16 : p->k->dense_f32)(a, r, r + 1);
+            const int64_t r = p->rows[i] / p->T, t = p->rows[i] % p->T;
+            if (r != last) {  // a row read once for all of its tokens
+                wr = p->source ? p->source->read(p->source->ctx, r, buf.data())
+                               : static_cast<const char *>(p->w) + r * row_bytes;
+                last = r;
             }
+            // one token, one row: the sum dense() makes of it (its rows do not depend on the
+            // batch, nor on where the row is)
+            DenseArgs a{wr, p->K, p->K, p->x + t * p->K, nullptr, p->K, nullptr, nullptr, 1,
+                        p->y + t * p->N + r, p->N};
+            (p->f16 ? p->k->dense_f16 : p->k->dense_f32)(a, 0, 1);
         }
     }, &ctx);
     return static_cast<int64_t>(rows.size());

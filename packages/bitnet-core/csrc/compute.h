@@ -23,10 +23,11 @@ struct RopeTable {
     std::vector<double> cs, sn;  // [T, half]
 };
 
-// Where a float table's rows come from when not from memory: read(ctx, r, out)
-// writes row r as float32 (e.g. read from the file with pread).
+// Where a float table's rows come from when not from memory: read(ctx, r, buf)
+// returns row r's bytes (the table's float16 bits or float32), read into buf (one
+// row's bytes, e.g. with pread) or found elsewhere.
 struct RowSource {
-    void (*read)(const void *ctx, int64_t row, float *out);
+    const void *(*read)(const void *ctx, int64_t row, void *buf);
     const void *ctx;
 };
 

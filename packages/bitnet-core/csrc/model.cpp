@@ -64,19 +64,29 @@ struct Table {
     int fd = -1;
     int64_t file_offset = 0;
 
-    // row r as float32 (float16 -> float32 is exact, as numpy's astype)
-    void row(int64_t r, float *out) const {
-        const size_t elem = f16 ? 2 : 4, bytes = elem * static_cast<size_t>(cols);
+    size_t row_bytes() const { return (f16 ? 2 : 4) * static_cast<size_t>(cols); }
+
+    // row r's bytes: read into buf (row_bytes()) with pread where fd is set, else the mapping's
+    const void *raw_row(int64_t r, void *buf) const {
+        const size_t bytes = row_bytes();
         const void *src = static_cast<const char *>(ptr) + r * bytes;
-        std::vector<char> buf;
 #if defined(__unix__) || defined(__APPLE__)
         if (fd >= 0) {
-            buf.resize(bytes);
             const off_t at = static_cast<off_t>(file_offset + r * static_cast<int64_t>(bytes));
-            if (pread(fd, buf.data(), bytes, at) == static_cast<ssize_t>(bytes)) src = buf.data();
+            if (pread(fd, buf, bytes, at) == static_cast<ssize_t>(bytes)) src = buf;
             // else (a short read, an error): the mapping still holds the same bytes
         }
+#else
+        (void)buf;
 #endif
+        return src;
+    }
+
+    // row r as float32 (float16 -> float32 is exact, as numpy's astype)
+    void row(int64_t r, float *out) const {
+        const size_t bytes = row_bytes();
+        std::vector<char> buf(fd >= 0 ? bytes : 0);
+        const void *src = raw_row(r, buf.data());
         if (f16) {
             const uint16_t *h = static_cast<const uint16_t *>(src);
             for (int64_t c = 0; c < cols; ++c) out[c] = half_bits_to_float(h[c]);
@@ -480,8 +490,8 @@ class CpuModel {
         clock.mark(kNorms);
         if (head_i8_ && head_.ptr) {
             // rows read with pread where the table's file is known (see read_embedding_from)
-            const RowSource source{[](const void *ctx, int64_t r, float *out) {
-                                       static_cast<const Table *>(ctx)->row(r, out);
+            const RowSource source{[](const void *ctx, int64_t r, void *buf) {
+                                       return static_cast<const Table *>(ctx)->raw_row(r, buf);
                                    },
                                    &head_};
             head_checked_rows_ += c.dense_i8_checked(*head_i8_, head_.ptr, head_.f16, h, n, logits, xq, xs, sum,

@@ -187,6 +187,15 @@ void TernaryMatrix::unpack_row(int64_t r, int8_t *o) const {
     }
 }
 
+namespace {
+
+// v as a float no smaller than v (and a little above: the norms' double sums round too)
+float round_up_float(double v) {
+    return std::nextafter(static_cast<float>(v * (1.0 + 1e-9)), INFINITY);
+}
+
+}  // namespace
+
 std::shared_ptr<DenseI8> dense_i8_empty(int64_t rows, int64_t cols) {
     if (rows < 0 || cols < 0) throw std::invalid_argument("dense table: negative shape");
     auto d = std::make_shared<DenseI8>();
@@ -196,6 +205,9 @@ std::shared_ptr<DenseI8> dense_i8_empty(int64_t rows, int64_t cols) {
     d->data = aligned_buffer(d->nbytes());
     d->scales.assign(rows, 1.0f);
     d->l1.assign(rows, 0);
+    d->qnorm.assign(rows, 0.0f);
+    // a row not filled stands for anything within half a scale of zero
+    d->anorm.assign(rows, round_up_float(0.5 * std::sqrt(static_cast<double>(cols))));
     return d;
 }
 
@@ -217,11 +229,17 @@ void fill_i8_rows(DenseI8 &d, const void *src, bool f16, int64_t start, int64_t 
         d.scales[start + i] = s;
         int8_t *o = reinterpret_cast<int8_t *>(d.data.get()) + (start + i) * d.stride;
         int32_t l1 = 0;
+        double q2 = 0.0, a2 = 0.0;  // exact: the rounding residual a = w - s q of each column
         for (int64_t c = 0; c < d.cols; ++c) {
             o[c] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, std::nearbyint(row[c] / s))));
             l1 += std::abs(static_cast<int32_t>(o[c]));
+            const double q = o[c], a = static_cast<double>(row[c]) - static_cast<double>(s) * q;
+            q2 += q * q;
+            a2 += a * a;
         }
         d.l1[start + i] = l1;
+        d.qnorm[start + i] = round_up_float(std::sqrt(q2));
+        d.anorm[start + i] = round_up_float(std::sqrt(a2) / static_cast<double>(s));
     }
 }
 

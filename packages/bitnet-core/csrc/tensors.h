@@ -56,13 +56,15 @@ struct TernaryMatrix {
 // A dense table [rows, cols] as int8 rows (padded to a multiple of 32
 // columns) with per-row absmax scales: the int8 output head. A row r stands
 // for the float row w_r = scales[r] * q_r + a_r with |a_r| <= scales[r] / 2
-// elementwise; l1[r] = sum |q_r| (what bounds the head's error, see
-// Compute::dense_i8_checked).
+// elementwise. What bounds the head's error (see Compute::dense_i8_checked):
+// l1[r] = sum |q_r|, qnorm[r] = |q_r|_2 and anorm[r] = |a_r|_2 / scales[r]
+// (both rounded up).
 struct DenseI8 {
     int64_t rows = 0, cols = 0, stride = 0;
     Buffer data;
     std::vector<float> scales;
     std::vector<int32_t> l1;
+    std::vector<float> qnorm, anorm;
     size_t nbytes() const { return static_cast<size_t>(rows * stride); }
     const int8_t *row(int64_t r) const { return reinterpret_cast<const int8_t *>(data.get()) + r * stride; }
 };

@@ -253,14 +253,25 @@ def _near_tie_table(rng, n: int, k: int, dtype) -> np.ndarray:
     return table.astype(dtype)
 
 
-def _int8_bound(table: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """[T, N]: the bound dense_i8_checked uses on |int8 logit - exact logit| (at 0.5)."""
-    w = table.astype(np.float32)
-    s = np.abs(w).max(axis=1) / np.float32(127)
+def _int8_bound(table: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[T, N] twice: the bound dense_i8_checked uses on |int8 logit - exact logit|, the
+    smaller of the elementwise bound s_r (|x|_1 + l1_r / xs) / 2 and the Cauchy-Schwarz
+    bound |a_r|_2 |x|_2 + s_r |q_r|_2 |b|_2 (w_r = s_r q_r + a_r, x = xq / xs + b); and
+    the slack it adds for float rounding."""
+    w32 = table.astype(np.float32)
+    s = np.abs(w32).max(axis=1) / np.float32(127)
     s[s == 0] = 1
-    l1 = np.abs(np.clip(np.rint(w / s[:, None]), -127, 127)).sum(axis=1)
+    q = np.clip(np.rint(w32 / s[:, None]), -127, 127)
+    a = w32.astype(np.float64) - s[:, None].astype(np.float64) * q
     xs = np.float32(127) / np.maximum(np.abs(x).max(axis=1), np.float32(1e-5))
-    return 0.5 * s[None, :] * (np.abs(x).sum(axis=1)[:, None] + l1[None, :] / xs[:, None])
+    xq = np.clip(np.rint(x * xs[:, None]), -128, 127)
+    x = x.astype(np.float64)
+    b = x - xq / xs[:, None].astype(np.float64)
+    x_l1, x_l2, b_l2 = np.abs(x).sum(axis=1), np.linalg.norm(x, axis=1), np.linalg.norm(b, axis=1)
+    q_l1, q_l2, a_l2 = np.abs(q).sum(axis=1), np.linalg.norm(q, axis=1), np.linalg.norm(a, axis=1)
+    elementwise = 0.5 * s * (x_l1[:, None] + q_l1 / xs[:, None])
+    cauchy_schwarz = a_l2 * x_l2[:, None] + s * q_l2 * b_l2[:, None]
+    return np.minimum(elementwise, cauchy_schwarz), 0.02 * elementwise
 
 
 # (T, K, N): one token and several; K below, at and off the 32-column block; N odd, and
@@ -286,11 +297,15 @@ def test_matmul_dense_int8_checked(prov, shape, dtype):
     np.testing.assert_array_equal(got.argmax(axis=1), exact.argmax(axis=1))
     redone = got == exact
     assert np.array_equal(got[~redone], approx[~redone])
-    bound = _int8_bound(table, x)
+    bound, slack = _int8_bound(table, x)
     assert (np.abs(approx - exact) <= bound * 1.001 + 1e-6).all()
     # a row left at its int8 value is below the maximum by the bound
     floor = (approx - bound).max(axis=1, keepdims=True)
     assert (approx + bound < floor)[~redone].all()
+    # and only rows within the bound and its slack of the maximum are recomputed
+    wide = (bound + slack) * 1.001 + 1e-6
+    outside = approx + wide < (approx - wide).max(axis=1, keepdims=True)
+    assert np.array_equal(got[outside], approx[outside])
 
 
 def test_matmul_dense_int8_checked_where_int8_alone_errs(prov):
