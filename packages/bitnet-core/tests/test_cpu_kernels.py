@@ -232,10 +232,11 @@ def test_matmul_dense_int8_head(prov, shape):
     assert len(prov._i8_tables) == 1
 
 
-# (T, K, N): decode's 4-row tiles and the rows after them; the 2-row x 4-token tiles
-# of several tokens, an odd row left in a 16-row block, tokens after the groups of 4
+# (T, K, N): decode's rows in fours and the rows after them, a row's last 32 columns
+# alone; the 2-row x 4-token tiles of several tokens, an odd row left in a 16-row
+# block, tokens after the groups of four
 @pytest.mark.parametrize(
-    "shape", [(1, 1536, 131), (1, 64, 9), (5, 96, 130), (4, 64, 9), (11, 40, 37)]
+    "shape", [(1, 1536, 131), (1, 64, 9), (1, 96, 7), (5, 96, 130), (4, 64, 9), (11, 40, 37)]
 )
 def test_matmul_dense_int8_head_equals_scalar(prov, shape):
     """Every instruction set's int8 head computes the scalar kernel's numbers bit for
