@@ -204,7 +204,27 @@ def test_bench_profile_times_the_fused_cpu_ops(model_file, capsys, clean_registr
     runner.logits([1, 2])
     assert runner.op_times()["passes"] == 0
     assert main([*argv, "--device", "cpu", "--profile"]) == 0
-    assert "ternary_gate_up" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "ternary_gate_up" in out
+    # this model's head is small: the exact head, no check to report
+    assert "head_rows_recomputed_per_token" not in prof and "checked head" not in out
+
+
+def test_bench_profile_counts_the_checked_heads_rows(
+    model_file, capsys, clean_registry, monkeypatch
+):
+    """With the checked int8 head --profile reports the rows it recomputed exactly a
+    decode token: at least one (the maximum's), at most the vocabulary."""
+    from bitnet_core.model.api import load
+
+    monkeypatch.setenv("BITNET_CPU_INT8_HEAD", "checked")
+    argv = ["bench", "-m", str(model_file), "-p", "4", "-n", "5", "-r", "2", "--no-progress"]
+    assert main([*argv, "--device", "cpu", "--profile", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["profile"]["head_rows_recomputed_per_token"]
+    vocab = load(model_file, "cpu").config.vocab_size
+    assert 1 <= rows <= vocab
+    assert main([*argv, "--device", "cpu", "--profile"]) == 0
+    assert f"checked head: {rows:.1f} rows recomputed exactly a token" in capsys.readouterr().out
 
 
 def test_a_receipt_lists_what_its_model_ran_not_what_ran_before_on_the_provider():

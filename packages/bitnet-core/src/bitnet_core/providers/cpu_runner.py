@@ -210,6 +210,11 @@ class FusedCpuRunner(GenericRunner):
         ``head``, ``other``) over the timed passes, and ``passes``."""
         return dict(self._model.op_times()) if self._model is not None else {}
 
+    def head_checks(self) -> tuple[int, int]:
+        """The checked int8 head's tokens and the rows it recomputed exactly for them,
+        since the model was built ((0, 0) for another head)."""
+        return tuple(self._model.head_checks) if self._model is not None else (0, 0)
+
     def op_bytes(self) -> dict[str, int]:
         """Bytes the weight-reading ops read a pass (``op_bytes``)."""
         return op_bytes(self._provider, self.weights)

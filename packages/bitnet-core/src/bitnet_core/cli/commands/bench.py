@@ -7,7 +7,8 @@ submissions the provider's trace counted (``sdk.trace``: queue submits,
 enqueues, kernel or graph launches; for the fused CPU engine, native calls).
 On the fused CPU engine it also times each op of the decode steps (ms a step,
 and GB/s for the ops that read weights or the KV cache): where a decode step's
-time goes.
+time goes; with the checked int8 head, also the rows it recomputed exactly a
+decode token.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class BenchRun:
     wall_s: float  # wall time of the decode steps (without choosing the next token)
     submissions: int  # counted by the provider's trace during the decode steps
     op_seconds: dict[str, float]  # by op over the decode steps (fused CPU engine, --profile)
+    head_checks: tuple[int, int] = (0, 0)  # checked int8 head: tokens, rows recomputed
 
 
 def bench_once(
@@ -74,6 +76,7 @@ def bench_once(
         t_prompt = time.perf_counter() - t0
         submitted = trace.submissions if trace is not None else 0
         timing = timing and runner.time_ops(True)
+        checks0 = runner.head_checks() if timing else (0, 0)
         t0 = time.perf_counter()
         for _ in range(n_gen):
             token = np.array([int(np.argmax(logits))])
@@ -84,8 +87,11 @@ def bench_once(
         t_gen = time.perf_counter() - t0
         submissions = trace.submissions - submitted if trace is not None else 0
         op_seconds = runner.op_times() if timing else {}
+        checks = (0, 0)
         if timing:
             runner.time_ops(False)
+            checks1 = runner.head_checks()
+            checks = (checks1[0] - checks0[0], checks1[1] - checks0[1])
     op_seconds.pop("passes", None)
     return BenchRun(
         n_prompt / t_prompt,
@@ -95,13 +101,15 @@ def bench_once(
         wall,
         submissions,
         op_seconds,
+        checks,
     )
 
 
 def step_profile(runs: list[BenchRun], traced: bool, model=None, n_prompt: int = 0) -> dict:
     """Per decode step over ``runs``: host ms, wall ms, submissions (None: no trace), and
     where the runner timed its ops: ``ops`` (op -> ms a step, and GB/s for the ops that
-    read weights, or the KV cache at the steps' mean context)."""
+    read weights, or the KV cache at the steps' mean context); with the checked int8
+    head, ``head_rows_recomputed_per_token``."""
     steps = sum(r.steps for r in runs)
     per = 1e3 / steps if steps else 0.0
     out = {
@@ -125,6 +133,9 @@ def step_profile(runs: list[BenchRun], traced: bool, model=None, n_prompt: int =
             if op in nbytes and ms > 0:
                 ops[op]["gb_per_s"] = nbytes[op] / ms / 1e6
         out["ops"] = ops
+    checked_tokens = sum(r.head_checks[0] for r in runs)
+    if checked_tokens:
+        out["head_rows_recomputed_per_token"] = sum(r.head_checks[1] for r in runs) / checked_tokens
     return out
 
 
@@ -190,4 +201,9 @@ def run(args: argparse.Namespace) -> int:
             for op, t in prof.get("ops", {}).items():
                 rate = f"  {t['gb_per_s']:.1f} GB/s" if "gb_per_s" in t else ""
                 print(f"  {op:16s} {t['ms']:8.3f} ms{rate}")
+            if "head_rows_recomputed_per_token" in prof:
+                print(
+                    f"  checked head: {prof['head_rows_recomputed_per_token']:.1f} rows "
+                    "recomputed exactly a token"
+                )
     return 0
