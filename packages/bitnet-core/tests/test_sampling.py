@@ -117,6 +117,23 @@ def test_invalid_values_are_config_errors(kw):
         SamplingParams.from_kwargs(**kw)
 
 
+@given(
+    st.lists(
+        st.sampled_from([np.nan, np.inf, -np.inf, 0.0, 1.0, -3.5, 1.0]), min_size=1, max_size=8
+    )
+)
+def test_greedy_with_nan_and_infinite_logits(values):
+    """Greedy picks the largest logit with NaN as -inf (+inf wins), and refuses logits
+    none of which is finite, whichever path it takes."""
+    logits = np.array(values, dtype=np.float32)
+    s = Sampler(SamplingParams(temperature=0))
+    if not np.isfinite(logits).any():
+        with pytest.raises(ConfigError):
+            s.sample(logits)
+        return
+    assert s.sample(logits) == int(np.argmax(np.where(np.isnan(logits), -np.inf, logits)))
+
+
 def test_nan_logits():
     s = Sampler(SamplingParams(temperature=1.0, seed=1))
     assert s.sample(np.array([np.nan, 1.0, np.nan])) == 1

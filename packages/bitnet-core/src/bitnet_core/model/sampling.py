@@ -141,10 +141,16 @@ class Sampler:
 
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
         logits = np.asarray(logits, dtype=np.float32).reshape(-1)
+        p = self.params
+        if p.greedy and p.repeat_penalty == 1.0:
+            # one pass where the largest logit is finite: argmax would have stopped at a
+            # NaN or +inf, so there is none and the checks below change nothing
+            best = int(np.argmax(logits)) if logits.size else 0
+            if logits.size and np.isfinite(logits[best]):
+                return best
         if not np.isfinite(logits).any():
             raise ConfigError("sampling: every logit is NaN or infinite")
         logits = np.where(np.isnan(logits), -np.inf, logits)
-        p = self.params
         logits = apply_repetition_penalty(logits, history, p.repeat_penalty, p.repeat_last_n)
         if p.greedy:
             return int(np.argmax(logits))
