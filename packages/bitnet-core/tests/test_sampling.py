@@ -164,3 +164,61 @@ def test_stop_matcher_streams_safe_text_early():
     assert m.feed("/b") == "</b"
     assert m.feed(" x</s> tail") == " x"
     assert m.stopped and m.feed("more") == ""
+
+
+# --- the same distribution and draws as sorting the whole vocabulary ------------
+
+
+def _probabilities_by_full_sort(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """token_probabilities as first written: exp over the whole vocabulary and a stable
+    argsort of all of it for top-p."""
+    x = np.asarray(logits, dtype=np.float64)
+    n = x.shape[0]
+    keep = np.ones(n, dtype=bool)
+    if 0 < params.top_k < n:
+        keep &= x >= np.partition(x, n - params.top_k)[n - params.top_k]
+    z = np.where(keep, x / params.temperature, -np.inf)
+    z -= z.max()
+    p = np.exp(z)
+    p /= p.sum()
+    if params.top_p < 1.0:
+        order = np.argsort(-z, kind="stable")
+        cut = int(np.searchsorted(np.cumsum(p[order]), params.top_p)) + 1
+        mask = np.zeros(n, dtype=bool)
+        mask[order[:cut]] = True
+        p = np.where(mask, p, 0.0)
+    if params.min_p > 0.0:
+        p = np.where(p >= params.min_p * p.max(), p, 0.0)
+    return p / p.sum()
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    n=st.integers(2, 3000),
+    spread=st.sampled_from([0.5, 3.0, 12.0]),
+    ties=st.booleans(),
+    top_k=st.sampled_from([0, 1, 40, 700]),
+    top_p=st.sampled_from([1.0, 0.95, 0.5, 0.999]),
+    min_p=st.sampled_from([0.0, 0.05]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_probabilities_and_draws_equal_sorting_everything(
+    n, spread, ties, top_k, top_p, min_p, seed
+):
+    """Top-p sorts only the tokens it needs (a threshold widened until their mass
+    reaches top_p, ties at it kept whole) and draws over the non-zero tokens: the
+    same probabilities and, seed for seed, the same tokens as ``Generator.choice``
+    over the fully sorted vocabulary. Large vocabularies and flat logits make the
+    threshold widen; rounded logits make ties at it."""
+    rng = np.random.default_rng(seed)
+    logits = (rng.standard_normal(n) * spread).astype(np.float32)
+    if ties:
+        logits = np.round(logits)
+    params = SamplingParams(temperature=0.9, top_k=top_k, top_p=top_p, min_p=min_p, seed=seed)
+    want = _probabilities_by_full_sort(logits, params)
+    got = token_probabilities(logits, params)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    assert np.array_equal(got > 0, want > 0)
+    ours, reference = Sampler(params), np.random.default_rng(seed)
+    for _ in range(5):
+        assert ours.sample(logits) == int(reference.choice(n, p=want))

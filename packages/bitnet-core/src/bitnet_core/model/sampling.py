@@ -107,6 +107,30 @@ def apply_repetition_penalty(
     return out
 
 
+def _nucleus_order(z: np.ndarray, p: np.ndarray, top_p: float) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens by logit (ties broken as argmax does) and their cumulative
+    probabilities, as far as top-p needs them: a prefix of that order whose sum
+    reaches ``top_p``, or all tokens of non-zero probability (the others add nothing).
+
+    Sorting the whole vocabulary for each token cost milliseconds; this sorts the
+    tokens above a threshold (all of them at or above it, so ties at the edge stay
+    whole and the prefix is exactly the full order's), four times as many until
+    their sum reaches ``top_p``.
+    """
+    live = np.flatnonzero(p > 0)  # after top-k, a few dozen of the vocabulary
+    m = 256
+    while m < live.size:
+        zl = z[live]
+        top = live[zl >= np.partition(zl, live.size - m)[live.size - m]]
+        order = top[np.argsort(-z[top], kind="stable")]
+        cum = np.cumsum(p[order])
+        if cum[-1] >= top_p:
+            return order, cum
+        m *= 4
+    order = live[np.argsort(-z[live], kind="stable")]
+    return order, np.cumsum(p[order])
+
+
 def token_probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """The distribution a non-greedy draw samples from (after top-k, temperature, top-p, min-p)."""
     x = np.asarray(logits, dtype=np.float64)
@@ -117,11 +141,12 @@ def token_probabilities(logits: np.ndarray, params: SamplingParams) -> np.ndarra
         keep &= x >= kth
     z = np.where(keep, x / params.temperature, -np.inf)
     z -= z.max()
-    p = np.exp(z)
+    p = np.zeros(n)
+    kept = np.flatnonzero(keep)  # exp only where it is not exp(-inf) = 0: top-k keeps a few
+    p[kept] = np.exp(z[kept])
     p /= p.sum()
     if params.top_p < 1.0:
-        order = np.argsort(-z, kind="stable")  # by logit: ties broken as argmax does
-        cum = np.cumsum(p[order])
+        order, cum = _nucleus_order(z, p, params.top_p)
         # keep the smallest prefix whose mass reaches top_p (at least one token)
         cut = int(np.searchsorted(cum, params.top_p)) + 1
         mask = np.zeros(n, dtype=bool)
@@ -154,8 +179,17 @@ class Sampler:
         logits = apply_repetition_penalty(logits, history, p.repeat_penalty, p.repeat_last_n)
         if p.greedy:
             return int(np.argmax(logits))
-        probs = token_probabilities(logits, p)
-        return int(self.rng.choice(probs.shape[0], p=probs))
+        return self._draw(token_probabilities(logits, p))
+
+    def _draw(self, probs: np.ndarray) -> int:
+        """A token drawn from ``probs``: ``Generator.choice(n, p=probs)``'s own inverse-CDF
+        draw (one ``random()``, the first index whose cumulative probability passes it,
+        so the same token for the same seed), over the tokens of non-zero probability
+        only (the others add nothing to the cumulative sums) and without its checks."""
+        live = np.flatnonzero(probs > 0)
+        cdf = np.cumsum(probs[live])
+        cdf /= cdf[-1]
+        return int(live[np.searchsorted(cdf, self.rng.random(), side="right")])
 
 
 class StopMatcher:
