@@ -134,6 +134,14 @@ def test_greedy_with_nan_and_infinite_logits(values):
     assert s.sample(logits) == int(np.argmax(np.where(np.isnan(logits), -np.inf, logits)))
 
 
+def test_infinite_logits_share_the_draws():
+    """+inf logits take all of the probability (softmax's limit), shared equally."""
+    s = Sampler(SamplingParams(temperature=1.0, top_k=0, top_p=0.9, min_p=0.0, seed=3))
+    logits = np.array([1.0, np.inf, 2.0, np.inf, -np.inf], dtype=np.float32)
+    draws = [s.sample(logits) for _ in range(200)]
+    assert set(draws) == {1, 3}
+
+
 def test_nan_logits():
     s = Sampler(SamplingParams(temperature=1.0, seed=1))
     assert s.sample(np.array([np.nan, 1.0, np.nan])) == 1

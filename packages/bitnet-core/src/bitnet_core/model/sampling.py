@@ -179,6 +179,9 @@ class Sampler:
         logits = apply_repetition_penalty(logits, history, p.repeat_penalty, p.repeat_last_n)
         if p.greedy:
             return int(np.argmax(logits))
+        top = np.isposinf(logits)
+        if top.any():  # softmax's limit: the +inf tokens share all of the probability
+            logits = np.where(top, 0.0, -np.inf).astype(np.float32)
         return self._draw(token_probabilities(logits, p))
 
     def _draw(self, probs: np.ndarray) -> int:
