@@ -182,21 +182,18 @@ def _probabilities_by_full_sort(logits: np.ndarray, params: SamplingParams) -> n
     argsort of all of it for top-p."""
     x = np.asarray(logits, dtype=np.float64)
     n = x.shape[0]
-    keep = np.ones(n, dtype=bool)
-    if 0 < params.top_k < n:
-        keep &= x >= np.partition(x, n - params.top_k)[n - params.top_k]
-    z = np.where(keep, x / params.temperature, -np.inf)
+    z = x / params.temperature
+    if 0 < params.top_k < n:  # the k-th largest logit by a full sort
+        z[x < np.sort(x)[n - params.top_k]] = -np.inf
     z -= z.max()
     p = np.exp(z)
     p /= p.sum()
     if params.top_p < 1.0:
         order = np.argsort(-z, kind="stable")
         cut = int(np.searchsorted(np.cumsum(p[order]), params.top_p)) + 1
-        mask = np.zeros(n, dtype=bool)
-        mask[order[:cut]] = True
-        p = np.where(mask, p, 0.0)
+        p[order[cut:]] = 0.0
     if params.min_p > 0.0:
-        p = np.where(p >= params.min_p * p.max(), p, 0.0)
+        p[p < params.min_p * p.max()] = 0.0
     return p / p.sum()
 
 
