@@ -182,7 +182,7 @@ class TextPieces:
     is decoded from then on.
     """
 
-    #: prompt ids of the first window's context (fewer where they have no text)
+    #: prompt ids of the first window's context (the whole prompt where they have no text)
     CONTEXT = 4
 
     def __init__(
