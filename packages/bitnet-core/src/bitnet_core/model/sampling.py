@@ -118,9 +118,9 @@ def _nucleus_order(z: np.ndarray, p: np.ndarray, top_p: float) -> tuple[np.ndarr
     their sum reaches ``top_p``.
     """
     live = np.flatnonzero(p > 0)  # after top-k, a few dozen of the vocabulary
+    zl = z[live]
     m = 256
     while m < live.size:
-        zl = z[live]
         top = live[zl >= np.partition(zl, live.size - m)[live.size - m]]
         order = top[np.argsort(-z[top], kind="stable")]
         cum = np.cumsum(p[order])
@@ -167,11 +167,11 @@ class Sampler:
     def sample(self, logits: np.ndarray, history: Sequence[int] = ()) -> int:
         logits = np.asarray(logits, dtype=np.float32).reshape(-1)
         p = self.params
-        if p.greedy and p.repeat_penalty == 1.0:
+        if p.greedy and p.repeat_penalty == 1.0 and logits.size:
             # one pass where the largest logit is finite: argmax would have stopped at a
             # NaN or +inf, so there is none and the checks below change nothing
-            best = int(np.argmax(logits)) if logits.size else 0
-            if logits.size and np.isfinite(logits[best]):
+            best = int(np.argmax(logits))
+            if np.isfinite(logits[best]):
                 return best
         if not np.isfinite(logits).any():
             raise ConfigError("sampling: every logit is NaN or infinite")
