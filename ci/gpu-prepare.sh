@@ -10,6 +10,9 @@
 # (device tool: carry [".gl", ".whl"]). Then run bash ci/gpu-smoke.sh there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=ci/uv.sh
+source ci/uv.sh
+ensure_uv
 mkdir -p .gl .whl /tmp/amd64/partial
 o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
 if ! ls .gl/*.deb >/dev/null 2>&1; then
@@ -21,14 +24,23 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d .whl "${WHEELS[@]}"
 # The workspace packages whose wheels do not depend on the Python version
-# (py3-none-*) travel built;
-# platform wheels (bitnet-core's native module) are built on the GPU machine.
+# (py3-none-*) travel built. bitnet-core's native module is built here for
+# CPython 3.12 when a 3.12 interpreter is at hand (it dispatches on the CPU at
+# run time, so one build serves any x86-64), saving that machine's minutes;
+# otherwise ci/gpu-smoke.sh builds it there.
+find .whl -name 'bitnet*.whl' -delete
 for d in packages/*/; do
   [ -f "$d/pyproject.toml" ] || continue
   name="$(basename "$d")"
   [ "$name" = "bitnet-core" ] && continue
-  uv build -q --wheel --package "$name" --out-dir .whl
+  "$UV" build -q --wheel --package "$name" --out-dir .whl
 done
 find .whl -name 'bitnet*.whl' ! -name '*-py3-none-*.whl' -delete  # keep Python-version-independent wheels
+for py in "$(command -v python3.12 || true)" $(ls -d "$HOME"/.pyenv/versions/3.12*/bin/python3.12 2>/dev/null); do
+  if [ -n "$py" ] && "$py" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+    "$UV" build -q --wheel --package bitnet-core --python "$py" --out-dir .whl
+    break
+  fi
+done
 ls .gl .whl
 du -sh .gl .whl

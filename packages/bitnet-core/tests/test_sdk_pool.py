@@ -36,3 +36,15 @@ def test_free_lists_drop_oldest_over_the_limit_and_refuse_big_items():
     big = Buf(700)
     assert lists.give("k", big, 700) == [big]  # never kept
     assert set(map(id, lists.drain())) == {id(b), id(c)} and lists.cached_bytes == 0
+
+
+def test_give_later_queues_until_settled_and_keeps_the_limit():
+    lists = FreeLists(limit=1000)
+    a, b, c = Buf(400), Buf(400), Buf(400)
+    lists.give_later("k", a, 400)
+    assert lists.cached_bytes == 0 and lists.take("k") is None  # queued, not kept yet
+    lists.give_later("k", b, 400)
+    assert lists.give("k", c, 400) == [a]  # give settles the queue first, oldest dropped
+    assert lists.cached_bytes == 800
+    lists.give_later("j", Buf(100), 100)
+    assert len(lists.trim(0)) == 3 and lists.cached_bytes == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ from ocl_helpers import acts
 
 from bitnet_core.errors import ShapeError, UnsupportedOperationError
 from bitnet_opencl import CLArray
-from bitnet_opencl.buffers import SLACK, size_class
+from bitnet_opencl.buffers import SLACK, BufferPool, size_class
 
 
 def test_to_device_dtypes(ocl):
@@ -63,3 +64,34 @@ def test_size_classes_have_slack():
         c = size_class(n)
         assert c >= n + SLACK
         assert c <= max(256, (n + SLACK) * 1.125 + 256)
+
+
+def test_a_buffer_finalized_while_the_pool_is_locked_does_not_deadlock(ocl):
+    """The collector can run a pooled array's finalizer in the middle of ``acquire``, on the
+    thread holding the pool's lock (NVIDIA's OpenCL on an H100 hung so in the conformance
+    kit): giving the buffer back must not take that lock again, and the buffer is kept."""
+    rt = ocl.runtime
+    pool = BufferPool(rt.cl, rt.context)  # its own, so a deadlock stalls nothing else
+    held = [pool.acquire(1000)]
+    take = pool.take
+
+    def take_while_collecting(key):
+        cycle: list = [held.pop()]
+        cycle.append(cycle)  # garbage only the collector frees
+        del cycle
+        gc.collect()  # what any allocation can set off; the block's finalizer runs here
+        return take(key)
+
+    pool.take = take_while_collecting
+    done = threading.Event()
+
+    def acquire() -> None:
+        pool.acquire(1000)  # dropped at once: given back too
+        done.set()
+
+    threading.Thread(target=acquire, daemon=True).start()
+    assert done.wait(30), "BufferPool.acquire deadlocked on a finalizer giving a buffer back"
+    pool.take = take
+    pool.collect()
+    assert pool.misses == 2 and pool.cached_bytes == 2 * size_class(1000)
+    assert pool.acquire(1000) is not None and pool.hits == 1

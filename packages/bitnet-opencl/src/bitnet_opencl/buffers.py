@@ -43,6 +43,7 @@ class BufferPool(FreeLists):
 
     def acquire(self, nbytes: int) -> _Block:
         size = size_class(nbytes)
+        self.collect()
         with self._lock:
             buf = self.take(size)
         if buf is None:
@@ -50,8 +51,14 @@ class BufferPool(FreeLists):
         return _Block(buf, size, self)
 
     def release(self, buf: Any, size: int) -> None:
+        """Give ``buf`` back from a finalizer: queued without the lock (see ``FreeLists``),
+        kept at the next ``acquire``."""
+        self.give_later(size, buf, size)
+
+    def collect(self) -> None:
+        """Keep the buffers finalizers gave back since the last call (freeing any over the limit)."""
         with self._lock:
-            dropped = self.give(size, buf, size)
+            dropped = self.settle()
         for b in dropped:
             b.release()
 

@@ -73,6 +73,7 @@ class OpenCLMemory:
 
     def memory_stats(self) -> dict[str, int]:
         pool = self.runtime.pool
+        pool.collect()
         return {
             "allocations": pool.misses,
             "reuses": pool.hits,

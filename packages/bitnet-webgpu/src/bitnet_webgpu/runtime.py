@@ -142,16 +142,18 @@ class BufferPool(FreeLists):
         self._forget = forget
 
     def acquire(self, nbytes: int) -> PooledBuffer:
+        for dropped in self.settle():
+            self._forget(dropped)  # its bind groups go; the buffer is released with them
         raw = self.take(nbytes)
         while raw is not None and not _alive(raw):
             raw = self.take(nbytes)
         return PooledBuffer(self._create(nbytes) if raw is None else raw, nbytes, self)
 
     def release(self, raw: Any, nbytes: int) -> None:
-        if not _alive(raw):
-            return
-        for dropped in self.give(nbytes, raw, nbytes):
-            self._forget(dropped)  # its bind groups go; the buffer is released with them
+        """Give ``raw`` back from a finalizer: queued (see ``FreeLists``), kept at the
+        next ``acquire``."""
+        if _alive(raw):
+            self.give_later(nbytes, raw, nbytes)
 
 
 def _alive(raw: Any) -> bool:

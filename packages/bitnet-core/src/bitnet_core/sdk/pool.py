@@ -5,10 +5,18 @@ each other share buffers (at most 12.5% waste, few distinct sizes).
 ``FreeLists`` keeps released buffers by key (a size class, an exact size, a
 shape and dtype) under a byte limit, oldest dropped first; what it drops or
 refuses goes back to the caller to free on its device.
+
+A finalizer (``__del__``) that returns a buffer uses ``give_later``: the
+garbage collector runs finalizers at any allocation, also in the middle of
+``take`` or ``give`` on the same thread, where taking the pool's lock would
+deadlock and changing the lists would corrupt them. ``give_later`` only
+queues; ``settle`` (called by ``give`` and ``trim``, and by a pool before
+``take``) moves the queue into the lists.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Hashable
 from typing import Any
 
@@ -35,6 +43,7 @@ class FreeLists:
         self.max_item = max_item
         self._free: dict[Hashable, list[tuple[Any, int]]] = {}
         self._order: dict[int, Hashable] = {}  # id(buffer) -> key, oldest release first
+        self._returned: deque[tuple[Hashable, Any, int]] = deque()  # from finalizers
         self.cached_bytes = 0
         self.hits = 0
         self.misses = 0
@@ -52,9 +61,24 @@ class FreeLists:
         self.hits += 1
         return buf
 
+    def give_later(self, key: Hashable, buf: Any, nbytes: int) -> None:
+        """``give`` from a finalizer: queued (an atomic append), kept at the next ``settle``."""
+        self._returned.append((key, buf, nbytes))
+
+    def settle(self) -> list[Any]:
+        """Keep the buffers ``give_later`` queued; returns those to free now (as ``give``)."""
+        dropped: list[Any] = []
+        while self._returned:
+            key, buf, nbytes = self._returned.popleft()
+            dropped += self._keep(key, buf, nbytes)
+        return dropped
+
     def give(self, key: Hashable, buf: Any, nbytes: int) -> list[Any]:
         """Keep ``buf`` for reuse; returns the buffers to free now (``buf`` itself when it
         does not fit, or the oldest cached ones dropped to make room)."""
+        return self.settle() + self._keep(key, buf, nbytes)
+
+    def _keep(self, key: Hashable, buf: Any, nbytes: int) -> list[Any]:
         if self.max_item is not None and nbytes > self.max_item:
             return [buf]
         if self.limit is not None and nbytes > self.limit:
@@ -62,10 +86,13 @@ class FreeLists:
         self._free.setdefault(key, []).append((buf, nbytes))
         self._order[id(buf)] = key
         self.cached_bytes += nbytes
-        return self.trim(self.limit) if self.limit is not None else []
+        return self._trim(self.limit) if self.limit is not None else []
 
     def trim(self, max_bytes: int = 0) -> list[Any]:
         """Drop cached buffers, oldest first, until at most ``max_bytes`` remain; returns them."""
+        return self.settle() + self._trim(max_bytes)
+
+    def _trim(self, max_bytes: int) -> list[Any]:
         dropped = []
         while self.cached_bytes > max_bytes and self._order:
             ident, key = next(iter(self._order.items()))

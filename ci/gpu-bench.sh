@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Everything a lent GPU machine is for, in one call that always ends on time:
+# the smoke lane per GPU provider (ci/gpu_smoke.py, the providers side by side,
+# since it checks results, not speed), then, one at a time, the CUDA, Vulkan and
+# OpenCL benchmarks on the 2B-4T shapes and the host time of a decode step per
+# engine (the fused paths against the generic engine) on Vulkan, OpenCL and WebGPU.
+#
+#   here, once:  bash ci/gpu-prepare.sh
+#   there:       bash ci/gpu-bench.sh [OUTDIR]      (device tool: carry .gl and .whl)
+#
+# Each stage runs under its own time limit (BITNET_GPU_STAGE_SCALE scales them
+# all) and logs to OUTDIR/<stage>.log; OUTDIR/summary.txt lists every stage's
+# exit code and OUTDIR/results.tgz holds the JSON figures and receipts. A stage
+# that fails or runs out of time does not stop the ones after it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUTDIR="$(mkdir -p "${1:-${OUT:-out/ci/gpu-bench}}" && cd "${1:-${OUT:-out/ci/gpu-bench}}" && pwd)"
+RES="$OUTDIR/results"
+mkdir -p "$RES"
+export PYTHONUNBUFFERED=1
+# shellcheck source=ci/gpu-env.sh
+source ci/gpu-env.sh >"$OUTDIR/setup.log" 2>&1 || echo "gpu-env failed" >>"$OUTDIR/setup.log"
+SCALE="${BITNET_GPU_STAGE_SCALE:-1}"
+
+stage() {  # stage NAME SECONDS CMD...: CMD's output to NAME.log, its exit code to summary.txt
+  local name=$1 limit t0 rc
+  limit=$(awk -v s="$2" -v k="$SCALE" 'BEGIN { printf "%d", s * k }')
+  shift 2
+  t0=$(date +%s)
+  timeout -k 5 "$limit" "$@" >>"$OUTDIR/$name.log" 2>&1
+  rc=$?
+  echo "$name: rc=$rc ($(($(date +%s) - t0)) s of $limit)" | tee -a "$OUTDIR/summary.txt"
+}
+
+"$PY" -c "import sys; from bitnet_core.cli.main import main; sys.exit(main(['devices']))" \
+  >>"$OUTDIR/setup.log" 2>&1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null \
+  | tee -a "$OUTDIR/summary.txt"
+
+# --- correctness: the smoke lane, one process per GPU provider -------------------
+mapfile -t GPUS < <("$PY" - <<'PY' 2>>"$OUTDIR/setup.log"
+from bitnet_core.hal import list_providers
+for r in list_providers(explicit=True):
+    p = r.probe(True)
+    if r.device_kind == "gpu" and not p.fake:
+        print(r.name)
+PY
+)
+echo "GPU providers: ${GPUS[*]:-none}" | tee -a "$OUTDIR/summary.txt"
+for name in "${GPUS[@]}"; do
+  stage "smoke-$name" 170 "$PY" ci/gpu_smoke.py --providers "$name" --out "$RES/smoke-$name" &
+done
+wait
+cat "$OUTDIR"/smoke-*.log >"$OUTDIR/smoke.log" 2>/dev/null && rm -f "$OUTDIR"/smoke-*.log
+
+# --- speed: one benchmark at a time ---------------------------------------------
+stage cuda 120 "$PY" packages/bitnet-cuda/bench/bench_cuda.py --tokens 32 --repeat 20 \
+  --json "$RES/cuda.json"
+stage vulkan 80 "$PY" packages/bitnet-vulkan/bench/bench_vulkan.py --preset 2b --no-cpu \
+  --tokens 16 --json "$RES/vulkan.json"
+stage opencl 70 "$PY" packages/bitnet-opencl/bench/opencl_bench.py --shapes 2b --model small \
+  --tokens 16 --cpu-tokens 4 --copy-mb 512 --json "$RES/opencl.json"
+# host ms a decode step, fused engine against generic, on the issue-27 model (30 thin layers)
+stage steps 30 "$PY" packages/bitnet-vulkan/bench/decode_step.py --steps 20 --json "$RES/vulkan-step.json"
+M="$(ls /tmp/bitnet-vulkan-issue27-*.gguf 2>/dev/null | head -1)"
+if [ -n "$M" ]; then
+  stage steps 30 "$PY" packages/bitnet-opencl/bench/decode_step.py "$M" --steps 20
+  stage steps 20 "$PY" packages/bitnet-webgpu/bench/decode_step.py -m "$M" --steps 20
+  BITNET_WEBGPU_FUSED=0 stage steps 20 "$PY" packages/bitnet-webgpu/bench/decode_step.py -m "$M" --steps 20
+fi
+
+tar -czf "$OUTDIR/results.tgz" -C "$OUTDIR" results && rm -rf "$RES"

@@ -1,0 +1,63 @@
+# shellcheck shell=bash
+# Sourced by ci/gpu-smoke.sh and ci/gpu-bench.sh from the repository root, on a
+# machine with a GPU: makes the GPU APIs and the project importable and sets PY.
+#
+# On the lent H100 (Python 3.12, no Vulkan loader, no registry), the recipe of
+# REFERENCE.md "Running the GPU-style backends": run ci/gpu-prepare.sh here
+# once, carry .gl and .whl with the tree, and this
+#   - unpacks .gl/*.deb into / (Vulkan loader, glvnd) and runs ldconfig,
+#   - installs .whl/*.whl into /tmp/site (pyopencl, vulkan, wgpu, gguf, the
+#     workspace's wheels, bitnet-core's cp312 build when gpu-prepare made one),
+#   - points Vulkan/EGL at NVIDIA's ICD files and OpenCL at libnvidia-opencl,
+#   - builds the workspace packages not carried as wheels with the machine's
+#     python3 (scikit-build-core, pybind11, cmake and numpy are in its image)
+#     into /tmp/bitnet-site.
+# On a development machine with a GPU and a .venv, it uses the .venv as is.
+
+# --- platform: loaders, wheels, ICDs ------------------------------------------
+if ls .gl/*.deb >/dev/null 2>&1; then
+  echo "gpu-env: unpacking $(ls .gl/*.deb | wc -l) Debian packages (Vulkan loader, glvnd)"
+  for f in .gl/*.deb; do dpkg -x "$f" /; done
+  ldconfig
+fi
+SITE=""
+if ls .whl/*.whl >/dev/null 2>&1; then
+  echo "gpu-env: installing carried wheels into /tmp/site"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl
+  SITE=/tmp/site
+fi
+NV=/usr/local/nvidia/share
+if [ -f "$NV/vulkan/icd.d/nvidia_icd.json" ]; then
+  export VK_DRIVER_FILES="$NV/vulkan/icd.d/nvidia_icd.json"
+  export __EGL_VENDOR_LIBRARY_FILENAMES="$NV/glvnd/egl_vendor.d/10_nvidia.json"
+fi
+if ldconfig -p 2>/dev/null | grep -q libnvidia-opencl.so.1 && [ -z "${OCL_ICD_VENDORS:-}" ]; then
+  mkdir -p /tmp/icd
+  echo libnvidia-opencl.so.1 >/tmp/icd/nvidia.icd
+  export OCL_ICD_VENDORS=/tmp/icd
+fi
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+
+# --- the project ----------------------------------------------------------------
+if [ -x .venv/bin/python ] && .venv/bin/python -c "import bitnet_core" 2>/dev/null; then
+  PY=.venv/bin/python
+else
+  PY=python3
+  export PYTHONPATH="${SITE}${PYTHONPATH:+:$PYTHONPATH}"  # build-time needs (wgpu) too
+  pkgs=()
+  for d in packages/*/; do
+    [ -f "$d/pyproject.toml" ] || continue
+    wheel_name="$(basename "$d" | tr - _)"
+    ls .whl/"$wheel_name"-*.whl >/dev/null 2>&1 && continue  # carried, built by gpu-prepare.sh
+    pkgs+=("./$d")
+  done
+  if [ "${#pkgs[@]}" -gt 0 ]; then
+    echo "gpu-env: building ${pkgs[*]} with $(python3 --version)"
+    python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir \
+      --target /tmp/bitnet-site "${pkgs[@]}"
+    SITE="/tmp/bitnet-site${SITE:+:$SITE}"
+  fi
+fi
+export PYTHONPATH="${SITE}${PYTHONPATH:+:$PYTHONPATH}"
