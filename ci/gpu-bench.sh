@@ -54,7 +54,7 @@ wait
 cat "$OUTDIR"/smoke-*.log >"$OUTDIR/smoke.log" 2>/dev/null && rm -f "$OUTDIR"/smoke-*.log
 
 # --- speed: one benchmark at a time ---------------------------------------------
-stage cuda 120 "$PY" packages/bitnet-cuda/bench/bench_cuda.py --tokens 32 --repeat 20 \
+stage cuda 150 "$PY" packages/bitnet-cuda/bench/bench_cuda.py --tokens 32 --repeat 20 \
   --json "$RES/cuda.json"
 stage vulkan 80 "$PY" packages/bitnet-vulkan/bench/bench_vulkan.py --preset 2b --no-cpu \
   --tokens 16 --json "$RES/vulkan.json"

@@ -1,8 +1,12 @@
 """CUDA benchmarks for the lent GPU (issue 4's targets), in one run:
 
 1. device-to-device copy bandwidth (the memory floor's denominator);
-2. GEMV effective bandwidth of ``matmul_i2s`` for the 2B-4T shapes
-   (2560x2560, 6912x2560, 2560x6912, 640x2560): weight bytes read / time,
+2. kernel times of the ternary matmul for the fused runner's 2B-4T shapes
+   (q,k,v 3840x2560, o 2560x2560, gate,up 13824x2560, down 2560x6912) at
+   1, 4, 8 and 16 tokens, and of the float16 head (128256x2560) at 1 and 8:
+   each kernel captured ``GRAPH_LAUNCHES`` times into a CUDA graph and
+   replayed, so no host time is in them (timing the provider's op per call
+   measures Python's dispatch, 30-50 us, not the GPU); weight bytes / time
    as a fraction of (1);
 3. decode tokens/s of a random model of 2B-4T shape through ``bitnet_core``
    on the ``cuda`` provider, three engines measured in turn on the same
@@ -30,8 +34,6 @@ from pathlib import Path
 
 import numpy as np
 
-SHAPES_2B = [(2560, 2560), (6912, 2560), (2560, 6912), (640, 2560)]
-
 
 def timed(cp, fn, repeat: int) -> float:
     """Median seconds of ``fn`` over ``repeat`` CUDA-event-timed calls (after 3 warm-ups)."""
@@ -57,17 +59,81 @@ def copy_bandwidth(cp, repeat: int) -> float:
     return 2 * a.nbytes / s  # read + write
 
 
-def gemv_bandwidth(provider, cp, repeat: int) -> list[dict]:
+#: the fused runner's matmuls of one 2B-4T layer (q,k,v and gate,up stacked)
+RUNNER_SHAPES_2B = {"qkv": (3840, 2560), "o": (2560, 2560), "gate_up": (13824, 2560),
+                    "down": (2560, 6912)}  # fmt: skip
+GEMV_TOKENS = (1, 4, 8, 16)
+GRAPH_LAUNCHES = 20
+
+
+def graph_seconds(cp, launch, repeat: int, launches: int = GRAPH_LAUNCHES) -> float:
+    """Median seconds of one ``launch()`` over ``repeat`` replays of a CUDA graph holding
+    ``launches`` of them back to back (the first call, uncaptured, loads the module)."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        launch()
+        stream.synchronize()
+        stream.begin_capture()
+        for _ in range(launches):
+            launch()
+        graph = stream.end_capture()
+        graph.launch(stream)
+        stream.synchronize()
+        times = []
+        for _ in range(repeat):
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            start.record(stream)
+            graph.launch(stream)
+            end.record(stream)
+            end.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, end) / 1000.0 / launches)
+    return statistics.median(times)
+
+
+def kernel_times(
+    provider,
+    cp,
+    repeat: int,
+    shapes: dict[str, tuple[int, int]] = RUNNER_SHAPES_2B,
+    tokens: tuple[int, ...] = GEMV_TOKENS,
+    head: tuple[int, int] = (128256, 2560),
+    launches: int = GRAPH_LAUNCHES,
+) -> list[dict]:
+    """The ternary matmul kernels of ``shapes`` at ``tokens`` tokens and the float16 head
+    at 1 and 8 tokens, timed from CUDA graphs (``graph_seconds``)."""
     from bitnet_core.hal.weights import TernaryWeight
 
     rng = np.random.default_rng(0)
     out = []
-    for n, k in SHAPES_2B:
-        w = provider.load_ternary(TernaryWeight.from_codes(rng.integers(-1, 2, (n, k)), 1.0))
-        xq, xs = provider.quantize_act(cp.asarray(rng.standard_normal((1, k)).astype(np.float32)))
-        s = timed(cp, lambda w=w, xq=xq, xs=xs: provider.matmul_i2s(xq, xs, w), repeat)
-        nbytes = w.words.nbytes + w.scales.nbytes + xq.data.nbytes
-        out.append({"shape": [n, k], "seconds": s, "bytes": nbytes, "bandwidth": nbytes / s})
+    for name, (n, k) in shapes.items():
+        codes = rng.integers(-1, 2, (n, k)).astype(np.int8)
+        w = provider.load_ternary(TernaryWeight.from_codes(codes, 1.0))
+        nbytes = w.words.nbytes + w.scales.nbytes
+        for t in tokens:
+            x = cp.asarray(rng.standard_normal((t, k)).astype(np.float32))
+            xq, xs = provider.quantize_act(x)
+            y = cp.empty((t, n), dtype=np.float32)
+
+            def launch(w=w, xq=xq, xs=xs, y=y, t=t):
+                provider.launch_i2s(w.words, w.scales, xq.data, xs, xq.xsum, y, t)
+
+            s = graph_seconds(cp, launch, repeat, launches)
+            out.append({"kernel": "matmul_i2s", "name": name, "shape": [n, k], "tokens": t,
+                        "seconds": s, "weight_bytes": nbytes, "bandwidth": nbytes / s})  # fmt: skip
+    table = rng.standard_normal(head, dtype=np.float32).astype(np.float16)
+    head_table = provider._half_table(table, "f16")
+    del table
+    for t in (1, 8):
+        x = cp.asarray(rng.standard_normal((t, head[1])).astype(np.float32))
+        y = cp.empty((t, head[0]), dtype=np.float32)
+
+        def launch_head(x=x, y=y, t=t):
+            provider.launch_dense(head_table, x, y, t)
+
+        s = graph_seconds(cp, launch_head, repeat, max(1, launches // 4))
+        nbytes = head_table.data.nbytes
+        out.append({"kernel": "matmul_dense_f16", "name": "head", "shape": list(head),
+                    "tokens": t, "seconds": s, "weight_bytes": nbytes, "bandwidth": nbytes / s})  # fmt: skip
     return out
 
 
@@ -174,8 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     provider = sel.provider
     cp = provider.cp
     bw = copy_bandwidth(cp, args.repeat)
-    gemv = gemv_bandwidth(provider, cp, args.repeat)
-    for g in gemv:
+    kernels = kernel_times(provider, cp, args.repeat)
+    for g in kernels:
         g["fraction_of_copy"] = g["bandwidth"] / bw
     dec = decode_tokens_per_s(provider, args.layers, args.tokens)
     floor = dec["weight_bytes"] / bw
@@ -184,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": sel.record.probe().device,
         "kernels": provider.kernel_source,
         "copy_bandwidth": bw,
-        "gemv": gemv,
+        "kernel_times": kernels,
         "decode": dec,
         "floor_seconds_per_token": floor,
         "decode_fraction_of_floor": floor / dec["seconds_per_token"],

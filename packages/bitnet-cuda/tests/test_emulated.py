@@ -24,6 +24,7 @@ import pytest
 from cuda_emulator import EmulatedCudaProvider, missing
 
 from bitnet_core.formats.dense import BF16Array
+from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.model import KVCacheConfig, Model, random_weights
 from bitnet_core.model.runner import GenericRunner
 from bitnet_core.providers.reference import ReferenceProvider
@@ -311,3 +312,41 @@ def test_batched_decode_step_equals_each_sequence_alone(kv: str) -> None:
     want.append(alone.forward([6], aseqs[1]))
     assert_logits_close(got, np.stack(want))
     assert new_b.length == 3
+
+
+def _bench_cuda():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "bench_cuda.py"
+    spec = importlib.util.spec_from_file_location("bench_cuda", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_times_the_kernels_from_a_graph_and_computes_their_products() -> None:
+    """``bench_cuda.py``'s kernel timing (for the lent GPU) on small shapes: each kernel
+    replayed from a captured graph, the outputs those replays leave are the products."""
+    bench = _bench_cuda()
+    p = _emulated()
+    rows = bench.kernel_times(
+        p, p.cp, repeat=2, shapes={"o": (40, 96)}, tokens=(1, 3), head=(50, 72), launches=2
+    )
+    assert [(r["kernel"], r["name"], r["tokens"]) for r in rows] == [
+        ("matmul_i2s", "o", 1),
+        ("matmul_i2s", "o", 3),
+        ("matmul_dense_f16", "head", 1),
+        ("matmul_dense_f16", "head", 8),
+    ]
+    assert all(r["seconds"] > 0 and r["bandwidth"] > 0 for r in rows)
+    rng = np.random.default_rng(3)
+    w = rng.integers(-1, 2, (40, 96)).astype(np.int8)
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    dw = p.load_ternary(TernaryWeight.from_codes(w, 1.0))
+    xq, xs = p.quantize_act(p.cp.asarray(x))
+    y = p.cp.zeros((3, 40), np.float32)
+    bench.graph_seconds(
+        p.cp, lambda: p.launch_i2s(dw.words, dw.scales, xq.data, xs, xq.xsum, y, 3), 1, 2
+    )
+    np.testing.assert_array_equal(np.asarray(y), np.asarray(p.matmul_i2s(xq, xs, dw)))

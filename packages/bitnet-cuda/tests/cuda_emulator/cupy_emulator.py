@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -144,6 +145,27 @@ class _Graph:
         _not_capturing("Graph.launch")
         for kernel, grid, block, args in self.launches:
             kernel.run(grid, block, args)
+
+
+class _Event:
+    """``cupy.cuda.Event``: the host's clock when recorded (every launch here is synchronous)."""
+
+    def __init__(self) -> None:
+        self.time: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        _not_capturing("Event.record")
+        self.time = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+
+def _elapsed_ms(start: _Event, end: _Event) -> float:
+    """``cupy.cuda.get_elapsed_time``: milliseconds between two recorded events."""
+    if start.time is None or end.time is None:
+        raise RuntimeError("cudaErrorInvalidResourceHandle: an event was never recorded")
+    return (end.time - start.time) * 1e3
 
 
 class _Kernel:
@@ -291,6 +313,8 @@ class EmulatedCuPy:
         runtime=_Runtime(),
         Device=_Device,
         Stream=_Stream,
+        Event=_Event,
+        get_elapsed_time=_elapsed_ms,
         get_current_stream=_current_stream,
     )
 
