@@ -1,0 +1,107 @@
+"""Where a CUDA decode step's time goes, kernel by kernel (for the lent GPU).
+
+A random model of the 2B-4T shape (``--layers`` of them) decodes on
+``CudaRunner`` with CUDA graphs, as ``bitnet run`` does. PyTorch's profiler
+(CUPTI, which sees every kernel of the process, graph-launched ones and
+CuPy's included) records ``--steps`` decode steps; the script prints each
+kernel's launches and microseconds per step, its share of the kernels' sum,
+and that sum against the step's wall time measured without the profiler
+(the rest is the GPU idle between kernels, or the host).
+
+    python packages/bitnet-cuda/bench/step_profile.py [--layers 30] [--steps 16] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def kernel_rows(prof, steps: int) -> list[dict]:
+    """Per kernel name: launches and microseconds a step, from ``prof.key_averages()``
+    (kernel entries are those with device time of their own; runtime calls have none)."""
+    rows = []
+    for evt in prof.key_averages():
+        us = float(getattr(evt, "self_device_time_total", 0.0) or 0.0)
+        if us <= 0:
+            continue
+        rows.append({"kernel": evt.key, "launches_per_step": evt.count / steps,
+                     "us_per_step": us / steps})  # fmt: skip
+    rows.sort(key=lambda r: -r["us_per_step"])
+    total = sum(r["us_per_step"] for r in rows) or 1.0
+    for r in rows:
+        r["share"] = r["us_per_step"] / total
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=64, help="prompt tokens before the steps")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from bitnet_core.config import BitNetConfig
+    from bitnet_core.gguf import open_model_file
+    from bitnet_core.hal import select
+    from bitnet_core.model import ModelWeights
+    from bitnet_core.model.random import random_model_file
+    from bitnet_cuda.runner import CudaRunner
+
+    sel = select("cuda")  # a clear error without a GPU
+    provider, cp = sel.provider, sel.provider.cp
+    cfg = BitNetConfig(
+        vocab_size=128256, hidden_size=2560, num_layers=args.layers, num_heads=20,
+        num_kv_heads=5, intermediate_size=6912, context_length=4096, rope_theta=500000.0,
+        ffn_activation="relu2",
+    )  # fmt: skip
+    path = Path(tempfile.mkdtemp()) / "2b4t-random.gguf"
+    random_model_file(path, cfg, seed=0, ternary_type="i2_s")
+    runner = CudaRunner(provider, ModelWeights.from_model_file(open_model_file(path)),
+                        progress=False)  # fmt: skip
+    seq = runner.new_cache()
+    runner.forward(np.arange(1, args.prompt + 1), seq)
+    for i in range(4):  # module loads, the graph's capture
+        runner.forward(np.array([i + 1]), seq)
+
+    def steps() -> float:
+        cp.cuda.Device().synchronize()
+        t0 = time.perf_counter()
+        for i in range(args.steps):
+            runner.forward(np.array([i % 1000 + 1]), seq)
+        cp.cuda.Device().synchronize()
+        return (time.perf_counter() - t0) / args.steps
+
+    wall = steps()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        steps()
+    rows = kernel_rows(prof, args.steps)
+    kernel_us = sum(r["us_per_step"] for r in rows)
+    print(f"{sel.record.probe().device}: {args.layers} layers, {args.steps} decode steps "
+          f"after a {args.prompt}-token prompt, CUDA graphs")  # fmt: skip
+    print(
+        f"step wall {wall * 1e6:9.1f} us; kernels' sum {kernel_us:9.1f} us "
+        f"({kernel_us / (wall * 1e6):.0%}); the rest: the GPU idle between kernels or the host"
+    )
+    print(f"{'kernel':40s} {'launches':>9s} {'us/step':>9s} {'share':>6s}")
+    for r in rows:
+        print(f"{r['kernel'][:40]:40s} {r['launches_per_step']:9.1f} {r['us_per_step']:9.1f} "
+              f"{r['share']:6.1%}")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"device": sel.record.probe().device, "layers": args.layers, "steps": args.steps,
+             "step_wall_us": wall * 1e6, "kernels_us": kernel_us, "kernels": rows}, indent=1))  # fmt: skip
+    seq.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
