@@ -2,8 +2,9 @@
 # Everything a lent GPU machine is for, in one call that always ends on time:
 # the smoke lane per GPU provider (ci/gpu_smoke.py, the providers side by side,
 # since it checks results, not speed), then, one at a time, the CUDA, Vulkan and
-# OpenCL benchmarks on the 2B-4T shapes and the host time of a decode step per
-# engine (the fused paths against the generic engine) on Vulkan, OpenCL and WebGPU.
+# OpenCL benchmarks on the 2B-4T shapes, the kernel-by-kernel time of a CUDA and
+# a Vulkan decode step, and the host time of a decode step per engine (the fused
+# paths against the generic engine) on Vulkan, OpenCL and WebGPU.
 #
 #   here, once:  bash ci/gpu-prepare.sh
 #   there:       bash ci/gpu-bench.sh [OUTDIR]      (device tool: carry .gl and .whl)
@@ -68,6 +69,9 @@ stage cuda 150 "$PY" packages/bitnet-cuda/bench/bench_cuda.py --tokens 32 --repe
 stage cuda 90 "$PY" packages/bitnet-cuda/bench/step_profile.py --steps 16 --json "$RES/cuda-step.json"
 stage vulkan 80 "$PY" packages/bitnet-vulkan/bench/bench_vulkan.py --preset 2b --no-cpu \
   --tokens 16 --json "$RES/vulkan.json"
+# where a Vulkan step's time goes, dispatch by dispatch (timestamp queries)
+stage vulkan 60 "$PY" packages/bitnet-vulkan/bench/step_profile.py --steps 16 \
+  --json "$RES/vulkan-step-profile.json"
 stage opencl 70 "$PY" packages/bitnet-opencl/bench/opencl_bench.py --shapes 2b --model small \
   --tokens 16 --cpu-tokens 4 --copy-mb 512 --json "$RES/opencl.json"
 # host ms a decode step, fused engine against generic, on the issue-27 model (30 thin layers)

@@ -44,6 +44,7 @@ class Pipeline:
     set_layout: Any
     bindings: int
     key: int = 0  # identifies it in recorded steps
+    name: str = ""  # the shader variant (per-dispatch timestamps are reported by it)
 
 
 class PipelineCache:
@@ -177,7 +178,7 @@ class PipelineCache:
             f"vkCreateComputePipelines({shader}, spec={spec})",
             lib.vkCreateComputePipelines(self.ctx.device, ffi.NULL, 1, info, ffi.NULL, out),
         )
-        return Pipeline(out[0], layout, set_layout, bindings, len(self._pipelines) + 1)
+        return Pipeline(out[0], layout, set_layout, bindings, len(self._pipelines) + 1, shader)
 
     def close(self) -> None:
         ffi, lib, dev = self.vk.ffi, self.vk.lib, self.ctx.device

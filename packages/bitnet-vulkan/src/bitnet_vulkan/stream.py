@@ -42,6 +42,7 @@ from bitnet_core.sdk.pool import size_class
 from .kernels import Pipeline
 from .runtime import vkapi
 from .runtime.context import Buffer, VulkanContext
+from .timestamps import DispatchTimer, timestamps_wanted
 
 DESCRIPTOR_SETS = 4096
 MAX_BINDINGS = 8
@@ -146,6 +147,8 @@ class CommandStream:
         self._staging_in_use: list[Buffer] = []
         self._staging_bytes = 0
         self._doomed: list[Buffer] = []
+        #: per-command GPU times (``BITNET_VULKAN_TIMESTAMPS=1``; see timestamps.py), else None
+        self.timer = DispatchTimer(ctx) if timestamps_wanted(ctx) else None
         self.stats = {
             "submits": 0,
             "replays": 0,
@@ -318,10 +321,14 @@ class CommandStream:
         compute = vk.VK_PIPELINE_BIND_POINT_COMPUTE
         stage = vk.VK_SHADER_STAGE_COMPUTE_BIT
         bound = None
-        for key, what in self._cmds:
+        timer = self.timer
+        timed = timer.begin(cmd, len(self._cmds)) if timer is not None else 0
+        names: list[str] = []
+        for index, (key, what) in enumerate(self._cmds):
             kind = key[0]
             if kind == "d":
                 pipeline, dset = what
+                names.append(pipeline.name)
                 push, x, y, z = key[3], key[4], key[5], key[6]
                 if bound is not pipeline:
                     lib.vkCmdBindPipeline(cmd, compute, pipeline.handle)
@@ -337,11 +344,17 @@ class CommandStream:
                     "VkBufferCopy*", {"srcOffset": key[4], "dstOffset": key[5], "size": key[3]}
                 )
                 lib.vkCmdCopyBuffer(cmd, src.handle, dst.handle, 1, region)
+                names.append("copy")
             else:
                 lib.vkCmdFillBuffer(cmd, what.handle, 0, key[2], 0)
+                names.append("fill")
             lib.vkCmdPipelineBarrier(
                 cmd, self._stages, self._stages, 0, 1, self._barrier, 0, ffi.NULL, 0, ffi.NULL
             )
+            if index < timed:
+                timer.after(cmd, index)
+        if timer is not None:
+            timer.recorded(cmd, names[:timed])
         lib.vkCmdPipelineBarrier(
             cmd,
             self._stages,
@@ -469,6 +482,8 @@ class CommandStream:
             lib.vkWaitForFences(dev, 1, self.fence_ptr, 1, 0xFFFFFFFFFFFFFFFF),
         )
         vkapi.check("vkResetFences", lib.vkResetFences(dev, 1, self.fence_ptr))
+        if self.timer is not None:
+            self.timer.collect(submit)
         self.epoch += 1
         self.stats["submits"] += 1
 
@@ -507,6 +522,8 @@ class CommandStream:
         for b in self._doomed:
             self.ctx.destroy(b)
         self._doomed.clear()
+        if self.timer is not None:
+            self.timer.close()
         lib.vkDestroyDescriptorPool(dev, self.descriptor_pool, ffi.NULL)
         lib.vkDestroyFence(dev, self.fence_ptr[0], ffi.NULL)
         lib.vkDestroyCommandPool(dev, self.command_pool, ffi.NULL)

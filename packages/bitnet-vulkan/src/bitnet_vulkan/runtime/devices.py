@@ -38,6 +38,8 @@ class DeviceInfo:
     subgroup_size: int = 0
     subgroup_arithmetic: bool = False  # subgroupAdd & co. in compute shaders
     limits: dict[str, int] = field(default_factory=dict)
+    #: nanoseconds a timestamp tick on the compute queue; 0.0 where it has no timestamps
+    timestamp_period: float = 0.0
     handle: Any = field(default=None, repr=False)
 
     @property
@@ -106,6 +108,7 @@ def query(instance: Any) -> list[DeviceInfo]:
         # a compute-only family first (async compute), else the first with compute
         dedicated = [i for i in compute if not families[i].queueFlags & vk.VK_QUEUE_GRAPHICS_BIT]
         family = (dedicated or compute or [None])[0]
+        stamps = family is not None and families[family].timestampValidBits > 0
         mem = ffi.new("VkPhysicalDeviceMemoryProperties*")
         lib.vkGetPhysicalDeviceMemoryProperties(pd, mem)
         local = [
@@ -142,6 +145,7 @@ def query(instance: Any) -> list[DeviceInfo]:
                 subgroup_size=sg_size,
                 subgroup_arithmetic=sg_arith,
                 limits=limits,
+                timestamp_period=float(lim.timestampPeriod) if stamps else 0.0,
                 handle=pd,
             )
         )

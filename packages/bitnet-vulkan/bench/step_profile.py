@@ -1,0 +1,95 @@
+"""Where a Vulkan decode step's time goes, dispatch by dispatch (timestamp queries).
+
+A random model of the 2B-4T shape (``--layers`` of them; ``--preset small``
+for a quick look on lavapipe) decodes on ``VulkanRunner`` (one recorded
+step resubmitted, as ``bitnet run`` does) with ``BITNET_VULKAN_TIMESTAMPS=1``:
+every command's GPU time is read back after each step. The script prints each
+shader's launches and microseconds per step, its share of the commands' sum,
+and that sum against the step's wall time (the rest: the host, the
+submission and the wait).
+
+    python packages/bitnet-vulkan/bench/step_profile.py [--layers 30] [--steps 16] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+PRESETS = {
+    "2b": dict(vocab_size=128256, hidden_size=2560, num_heads=20, num_kv_heads=5,
+               intermediate_size=6912, rope_theta=500000.0),
+    "small": dict(vocab_size=4096, hidden_size=512, num_heads=8, num_kv_heads=2,
+                  intermediate_size=1408),
+}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="2b")
+    ap.add_argument("--layers", type=int, default=30)
+    ap.add_argument("--steps", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=64, help="prompt tokens before the steps")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    os.environ["BITNET_VULKAN_TIMESTAMPS"] = "1"  # read when the device is set up
+
+    from bitnet_core.config import BitNetConfig
+    from bitnet_core.model import random_weights
+    from bitnet_vulkan.provider import VulkanProvider
+
+    provider = VulkanProvider()
+    avail = provider.probe(explicit=True)
+    if not avail.available:
+        raise SystemExit(f"vulkan unavailable: {avail.reason}")
+    timer = provider.stream.timer
+    if timer is None:
+        raise SystemExit(f"{avail.device}: the compute queue writes no timestamps")
+    cfg = BitNetConfig(num_layers=args.layers, context_length=args.prompt + args.steps + 16,
+                       ffn_activation="relu2", **PRESETS[args.preset])  # fmt: skip
+    runner = provider.make_runner(random_weights(cfg, seed=0), progress=False)
+    if runner is None:
+        raise SystemExit("the fused Vulkan runner is off (BITNET_VULKAN_FUSED=0)")
+    with runner.new_cache() as seq:
+        tok = int(runner.forward(np.arange(1, args.prompt + 1), seq).argmax())
+        for _ in range(3):  # the step is recorded, then replayed
+            tok = int(runner.forward([tok], seq).argmax())
+        timer.times.clear()
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            tok = int(runner.forward([tok], seq).argmax())
+        wall = (time.perf_counter() - t0) / args.steps
+    rows = [
+        {"kernel": name, "launches_per_step": n / args.steps, "us_per_step": s * 1e6 / args.steps}
+        for name, (n, s) in timer.times.items()
+    ]
+    rows.sort(key=lambda r: -r["us_per_step"])
+    total = sum(r["us_per_step"] for r in rows) or 1.0
+    for r in rows:
+        r["share"] = r["us_per_step"] / total
+    print(f"{avail.device}: {args.preset} shapes, {args.layers} layers, {args.steps} decode "
+          f"steps after a {args.prompt}-token prompt, one recorded step replayed")  # fmt: skip
+    print(
+        f"step wall {wall * 1e6:9.1f} us; commands' sum {total:9.1f} us "
+        f"({total / (wall * 1e6):.0%}); the rest: host, submission, wait"
+    )
+    print(f"{'shader':28s} {'launches':>9s} {'us/step':>9s} {'share':>6s}")
+    for r in rows:
+        print(f"{r['kernel'][:28]:28s} {r['launches_per_step']:9.1f} {r['us_per_step']:9.1f} "
+              f"{r['share']:6.1%}")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(
+            {"device": avail.device, "preset": args.preset, "layers": args.layers,
+             "steps": args.steps, "step_wall_us": wall * 1e6, "commands_us": total,
+             "kernels": rows}, indent=1))  # fmt: skip
+    provider.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""Per-dispatch GPU times from timestamp queries (``BITNET_VULKAN_TIMESTAMPS=1``)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from bitnet_core.config import BitNetConfig
+from bitnet_core.model import random_weights
+from bitnet_vulkan.provider import VulkanProvider
+from bitnet_vulkan.timestamps import ENV_TIMESTAMPS
+
+CONFIG = BitNetConfig(
+    vocab_size=512, hidden_size=128, num_layers=3, num_heads=4, num_kv_heads=2,
+    intermediate_size=256, context_length=64,
+)  # fmt: skip
+
+
+def _provider(monkeypatch, on: bool) -> VulkanProvider:
+    """A provider of its own (the switch is read when its device is set up)."""
+    monkeypatch.setenv(ENV_TIMESTAMPS, "1" if on else "0")
+    p = VulkanProvider()
+    avail = p.probe(explicit=True)
+    if not avail.available:
+        pytest.skip(f"no Vulkan device: {avail.reason}")
+    return p
+
+
+def test_every_dispatch_of_a_replayed_decode_step_is_timed(monkeypatch):
+    p = _provider(monkeypatch, on=True)
+    if p.device_info.timestamp_period <= 0:
+        pytest.skip(f"{p.device_info.name}: the compute queue has no timestamps")
+    timer = p.stream.timer
+    runner = p.make_runner(random_weights(CONFIG, seed=4), progress=False)
+    assert timer is not None and type(runner).__name__ == "VulkanRunner"
+    with runner.new_cache() as seq:
+        tok = int(runner.forward(np.arange(1, 6), seq).argmax())
+        for _ in range(2):  # the step is recorded, then replayed
+            tok = int(runner.forward([tok], seq).argmax())
+        timer.times.clear()
+        steps = 4
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            tok = int(runner.forward([tok], seq).argmax())
+        wall = time.perf_counter() - t0
+    launches = {name: int(n) for name, (n, _) in timer.times.items()}
+    matmuls = sum(n for name, n in launches.items() if name.startswith("matmul_i2s"))
+    assert matmuls == steps * 4 * CONFIG.num_layers  # q|k|v, o, gate|up, down a layer
+    assert sum(n for name, n in launches.items() if name.startswith("matmul_dense")) == steps
+    assert launches.get("embedding") == steps
+    seconds = [s for _, s in timer.times.values()]
+    assert all(s > 0 for s in seconds)
+    assert sum(seconds) <= wall  # each step waits for its device work
+    p.close()
+
+
+def test_off_by_default_no_queries(monkeypatch):
+    p = _provider(monkeypatch, on=False)
+    assert p.stream.timer is None
+    runner = p.make_runner(random_weights(CONFIG, seed=4), progress=False)
+    with runner.new_cache() as seq:
+        assert runner.forward(np.arange(1, 4), seq).shape == (CONFIG.vocab_size,)
+    p.close()
