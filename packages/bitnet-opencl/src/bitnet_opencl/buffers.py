@@ -51,9 +51,18 @@ class BufferPool(FreeLists):
         return _Block(buf, size, self)
 
     def release(self, buf: Any, size: int) -> None:
-        """Give ``buf`` back from a finalizer: queued without the lock (see ``FreeLists``),
-        kept at the next ``acquire``."""
+        """Give ``buf`` back from a finalizer: queued (see ``FreeLists``), and kept at once
+        when the lock is free; when it is held (another thread, or this one: the collector
+        can run this inside ``acquire``) the next ``acquire`` keeps it."""
         self.give_later(size, buf, size)
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            dropped = self.settle()
+        finally:
+            self._lock.release()
+        for b in dropped:
+            b.release()
 
     def collect(self) -> None:
         """Keep the buffers finalizers gave back since the last call (freeing any over the limit)."""

@@ -140,20 +140,35 @@ class BufferPool(FreeLists):
         super().__init__(POOL_MAX_CACHED_BYTES, POOL_MAX_BUFFER_BYTES)  # keyed by exact size
         self._create = create
         self._forget = forget
+        self._busy = False  # inside acquire or a settle: a finalizer only queues
 
     def acquire(self, nbytes: int) -> PooledBuffer:
-        for dropped in self.settle():
-            self._forget(dropped)  # its bind groups go; the buffer is released with them
-        raw = self.take(nbytes)
-        while raw is not None and not _alive(raw):
+        self._busy = True
+        try:
+            self._settle()
             raw = self.take(nbytes)
+            while raw is not None and not _alive(raw):
+                raw = self.take(nbytes)
+        finally:
+            self._busy = False
         return PooledBuffer(self._create(nbytes) if raw is None else raw, nbytes, self)
 
     def release(self, raw: Any, nbytes: int) -> None:
-        """Give ``raw`` back from a finalizer: queued (see ``FreeLists``), kept at the
-        next ``acquire``."""
-        if _alive(raw):
-            self.give_later(nbytes, raw, nbytes)
+        """Give ``raw`` back from a finalizer: queued (see ``FreeLists``), and kept at once
+        unless the collector ran this inside ``acquire`` (then the next one keeps it)."""
+        if not _alive(raw):
+            return
+        self.give_later(nbytes, raw, nbytes)
+        if not self._busy:
+            self._busy = True
+            try:
+                self._settle()
+            finally:
+                self._busy = False
+
+    def _settle(self) -> None:
+        for dropped in self.settle():
+            self._forget(dropped)  # its bind groups go; the buffer is released with them
 
 
 def _alive(raw: Any) -> bool:

@@ -10,8 +10,9 @@ A finalizer (``__del__``) that returns a buffer uses ``give_later``: the
 garbage collector runs finalizers at any allocation, also in the middle of
 ``take`` or ``give`` on the same thread, where taking the pool's lock would
 deadlock and changing the lists would corrupt them. ``give_later`` only
-queues; ``settle`` (called by ``give`` and ``trim``, and by a pool before
-``take``) moves the queue into the lists.
+queues; ``settle`` (called by ``give`` and ``trim``, by a pool before
+``take``, and by the finalizer itself once it knows no other call is under
+way) moves the queue into the lists.
 """
 
 from __future__ import annotations
