@@ -5,9 +5,11 @@
 #   .gl/   the Debian packages of the Vulkan loader and glvnd (amd64)
 #   .whl/  cp312 manylinux wheels of pyopencl, vulkan, wgpu, gguf and their needs,
 #          and the workspace's pure-Python wheels (the backends, built here, where
-#          glslangValidator and the registry are; bitnet-core is compiled there)
+#          glslangValidator and the registry are; bitnet-core too, for CPython 3.12,
+#          where a 3.12 interpreter is at hand, else it is compiled there)
 # Both folders are git-ignored; carry them to the GPU machine with the tree
-# (device tool: carry [".gl", ".whl"]). Then run bash ci/gpu-smoke.sh there.
+# (device tool: carry [".gl", ".whl"]). Then run bash ci/gpu-bench.sh (everything,
+# in one call) or bash ci/gpu-smoke.sh (the smoke lane alone) there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=ci/uv.sh
@@ -27,7 +29,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
 # (py3-none-*) travel built. bitnet-core's native module is built here for
 # CPython 3.12 when a 3.12 interpreter is at hand (it dispatches on the CPU at
 # run time, so one build serves any x86-64), saving that machine's minutes;
-# otherwise ci/gpu-smoke.sh builds it there.
+# otherwise ci/gpu-env.sh builds it there.
 find .whl -name 'bitnet*.whl' -delete
 for d in packages/*/; do
   [ -f "$d/pyproject.toml" ] || continue
