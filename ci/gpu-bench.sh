@@ -56,6 +56,7 @@ for r in list_providers(explicit=True):
 PY
 )
 echo "GPU providers: ${GPUS[*]:-none}" | tee -a "$OUTDIR/summary.txt"
+[ -n "${GPU_ENV_STALE:-}" ] && echo "WARNING: $GPU_ENV_STALE" | tee -a "$OUTDIR/summary.txt"
 for name in "${GPUS[@]}"; do
   stage "smoke-$name" 120 "$PY" ci/gpu_smoke.py --providers "$name" --out "$RES/smoke-$name" &
 done

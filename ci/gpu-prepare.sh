@@ -44,5 +44,7 @@ for py in "$(command -v python3.12 || true)" $(ls -d "$HOME"/.pyenv/versions/3.1
     break
   fi
 done
+# what the wheels were built from: ci/gpu-env.sh checks the tree there against it
+git ls-files --cached --others --exclude-standard packages | xargs sha1sum >.whl/SOURCES.sha1
 ls .gl .whl
 du -sh .gl .whl

@@ -19,12 +19,17 @@ or the ones named with ``--providers``:
    row against the same sequence decoded alone on the same provider.
 
 ``parity-receipt.json`` sums it all up; the exit code is 0 when every
-provider passed every step.
+provider passed every step. With more than one provider each runs in a
+process of its own under ``--timeout`` seconds: one that hangs prints every
+thread's Python stack and exits (``faulthandler.dump_traceback_later``; the
+provider's log, ``smoke-<name>.log``, keeps it and the receipt quotes its
+end), and the others still run.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import platform
@@ -184,6 +189,58 @@ def git_commit() -> str:
         return ""
 
 
+def check_provider(name: str, rec: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Every step on one available provider, in this process: its receipt entry."""
+    entry: dict[str, Any] = {"device": rec.probe(True).device}
+    steps = [("allocate", lambda p=rec.provider: check_allocate(p)),
+             ("conformance", lambda n=name: check_conformance(n, args.out))]  # fmt: skip
+    if not args.skip_model:
+        steps.append(("model", lambda n=name: check_model(n, args.out)))
+        steps.append(("batch", lambda n=name: check_batch(n)))
+    for step, fn in steps:
+        t0 = time.perf_counter()
+        try:
+            result = fn()
+            result.setdefault("passed", True)
+        except Exception as exc:
+            result = {"passed": False, "error": f"{type(exc).__name__}: {exc}",
+                      "traceback": traceback.format_exc()[-3000:]}  # fmt: skip
+        result["seconds"] = round(time.perf_counter() - t0, 2)
+        entry[step] = result
+        print(f"gpu-smoke: {name}: {step}: {'ok' if result['passed'] else 'FAILED'} "
+              f"({result['seconds']} s) {result.get('error', '')}", flush=True)  # fmt: skip
+    entry["status"] = "passed" if all(entry[s]["passed"] for s, _ in steps) else "failed"
+    return entry
+
+
+def check_in_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``check_provider`` in a process of its own, which prints every thread's stack into
+    its log and exits if it runs past ``args.timeout`` seconds (killed 30 s later if not)."""
+    log = args.out / f"smoke-{name}.log"
+    part = args.out / f"provider-{name}.json"
+    part.unlink(missing_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--out", str(args.out),
+           "--timeout", str(args.timeout), "--providers", name]  # fmt: skip
+    cmd += ["--skip-model"] if args.skip_model else []
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    t0 = time.perf_counter()
+    with log.open("wb") as out:
+        child = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            child.wait(timeout=args.timeout + 30)
+        except subprocess.TimeoutExpired:  # its own watchdog did not end it
+            child.kill()
+            child.wait()
+    text = log.read_text(errors="replace")
+    print(text, end="" if text.endswith("\n") or not text else "\n", flush=True)
+    seconds = round(time.perf_counter() - t0, 1)
+    if part.exists():
+        return json.loads(part.read_text())
+    why = (f"timed out after {args.timeout} s" if seconds >= args.timeout
+           else f"exited with {child.returncode} before writing its receipt")  # fmt: skip
+    return {"status": "failed", "error": why, "log_tail": text[-4000:], "seconds": seconds}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="ci/gpu_smoke.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "out" / "ci" / "gpu-smoke")
@@ -191,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--allow-unavailable", action="store_true",
                     help="an unavailable provider is reported, not failed (no GPU here)")  # fmt: skip
     ap.add_argument("--skip-model", action="store_true", help="op-level checks only")
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="seconds a provider may take when several run (each in its own process)")  # fmt: skip
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -198,6 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     from bitnet_core.hal import list_providers
 
     records = list_providers(explicit=True)
+    if args.child:  # one provider for the parent process: its entry, no receipt
+        faulthandler.dump_traceback_later(args.timeout, exit=True)
+        (name,) = args.providers
+        rec = next(r for r in records if r.name == name)
+        entry = check_provider(name, rec, args)
+        _write_json(args.out / f"provider-{name}.json", entry)
+        return 0
     devices = [
         {"name": r.name, "family": r.family, "kind": r.device_kind, "origin": r.origin,
          "available": r.probe(True).available, "device": r.probe(True).device,
@@ -219,34 +286,18 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu-smoke: no GPU provider is installed", file=sys.stderr)
     for name in names:
         rec = next((r for r in records if r.name == name), None)
-        entry: dict[str, Any] = {}
-        receipt["providers"][name] = entry
         if rec is None or rec.provider is None or not rec.probe(True).available:
-            entry["status"] = "unavailable"
-            entry["reason"] = rec.probe(True).reason if rec else "not registered"
-            print(f"gpu-smoke: {name}: unavailable: {entry['reason']}")
+            reason = rec.probe(True).reason if rec else "not registered"
+            receipt["providers"][name] = {"status": "unavailable", "reason": reason}
+            print(f"gpu-smoke: {name}: unavailable: {reason}")
             ok = ok and args.allow_unavailable
             continue
-        entry["device"] = rec.probe(True).device
-        steps = [("allocate", lambda p=rec.provider: check_allocate(p)),
-                 ("conformance", lambda n=name: check_conformance(n, args.out))]  # fmt: skip
-        if not args.skip_model:
-            steps.append(("model", lambda n=name: check_model(n, args.out)))
-            steps.append(("batch", lambda n=name: check_batch(n)))
-        for step, fn in steps:
-            t0 = time.perf_counter()
-            try:
-                result = fn()
-                result.setdefault("passed", True)
-            except Exception as exc:
-                result = {"passed": False, "error": f"{type(exc).__name__}: {exc}",
-                          "traceback": traceback.format_exc()[-3000:]}  # fmt: skip
-            result["seconds"] = round(time.perf_counter() - t0, 2)
-            entry[step] = result
-            ok = ok and result["passed"]
-            print(f"gpu-smoke: {name}: {step}: {'ok' if result['passed'] else 'FAILED'} "
-                  f"({result['seconds']} s) {result.get('error', '')}")  # fmt: skip
-        entry["status"] = "passed" if all(entry[s]["passed"] for s, _ in steps) else "failed"
+        alone = len(names) == 1
+        entry = check_provider(name, rec, args) if alone else check_in_child(name, args)
+        receipt["providers"][name] = entry
+        ok = ok and entry["status"] == "passed"
+        if entry["status"] != "passed" and "error" in entry:
+            print(f"gpu-smoke: {name}: FAILED: {entry['error']}", flush=True)
     receipt["passed"] = ok
     _write_json(args.out / "parity-receipt.json", receipt)
     print(f"gpu-smoke: {'passed' if ok else 'FAILED'}; receipt {args.out / 'parity-receipt.json'}")

@@ -1,0 +1,67 @@
+"""ci/gpu_smoke.py and ci/gpu-bench.sh, the GPU machine's scripts, where CI can run them:
+on the CPU devices that emulate a GPU API (lavapipe), with time limits too short to pass."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _lavapipe() -> None:
+    sys.path.insert(0, str(ROOT / "packages" / "bitnet-vulkan" / "src"))
+    from bitnet_vulkan.provider import VulkanProvider
+
+    avail = VulkanProvider().probe(explicit=True)
+    if not avail.available:
+        pytest.skip(f"no Vulkan device to run the smoke script on: {avail.reason}")
+
+
+def test_a_provider_past_its_time_is_stopped_with_its_stack_and_the_next_still_runs(tmp_path):
+    """Each provider runs in a process of its own; one that outlives ``--timeout`` prints
+    every thread's stack and exits, and the receipt says so."""
+    _lavapipe()
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "ci" / "gpu_smoke.py"), "--providers", "vulkan", "webgpu",
+         "--skip-model", "--timeout", "2", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    elapsed = time.perf_counter() - t0
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    receipt = json.loads((tmp_path / "parity-receipt.json").read_text())
+    for name in ("vulkan", "webgpu"):
+        entry = receipt["providers"][name]
+        assert entry["status"] == "failed" and entry["error"] == "timed out after 2.0 s"
+        assert "Timeout (0:00:02)!" in entry["log_tail"]
+        assert "check_provider" in entry["log_tail"]  # where the main thread was
+        assert (tmp_path / f"smoke-{name}.log").exists()
+    assert elapsed < 60  # both stopped: the whole conformance kit takes far longer here
+
+
+def test_gpu_bench_ends_inside_its_budget_with_every_stage_accounted_for(tmp_path):
+    """ci/gpu-bench.sh with a 25-second budget: every stage is cut to what is left or
+    skipped, and the summary, logs and results archive still come back."""
+    _lavapipe()
+    env = dict(os.environ, BITNET_GPU_BUDGET="25", BITNET_GPU_STAGE_SCALE="0.05")
+    t0 = time.perf_counter()
+    proc = subprocess.run(["bash", str(ROOT / "ci" / "gpu-bench.sh"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=180, env=env)  # fmt: skip
+    elapsed = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = (tmp_path / "summary.txt").read_text()
+    assert "GPU providers:" in summary
+    for stage in ("smoke-vulkan", "cuda", "vulkan", "opencl", "steps"):
+        assert f"\n{stage}: " in "\n" + summary, summary
+    assert "PROVIDER" in (tmp_path / "setup.log").read_text()  # `bitnet devices` ran
+    with tarfile.open(tmp_path / "results.tgz") as tar:
+        assert any(n.startswith("results") for n in tar.getnames())
+    assert elapsed < 25 + 60  # the budget, setup and the last stage's grace
