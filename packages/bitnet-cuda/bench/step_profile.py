@@ -22,21 +22,15 @@ from pathlib import Path
 import numpy as np
 
 
-def kernel_rows(prof, steps: int) -> list[dict]:
-    """Per kernel name: launches and microseconds a step, from ``prof.key_averages()``
-    (kernel entries are those with device time of their own; runtime calls have none)."""
-    rows = []
+def kernel_times(prof) -> dict[str, tuple[float, float]]:
+    """Kernel name -> (launches, seconds) from ``prof.key_averages()`` (kernel entries are
+    those with device time of their own; runtime calls have none)."""
+    times = {}
     for evt in prof.key_averages():
         us = float(getattr(evt, "self_device_time_total", 0.0) or 0.0)
-        if us <= 0:
-            continue
-        rows.append({"kernel": evt.key, "launches_per_step": evt.count / steps,
-                     "us_per_step": us / steps})  # fmt: skip
-    rows.sort(key=lambda r: -r["us_per_step"])
-    total = sum(r["us_per_step"] for r in rows) or 1.0
-    for r in rows:
-        r["share"] = r["us_per_step"] / total
-    return rows
+        if us > 0:
+            times[evt.key] = (evt.count, us * 1e-6)
+    return times
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from bitnet_core.hal import select
     from bitnet_core.model import ModelWeights
     from bitnet_core.model.random import random_model_file
+    from bitnet_core.sdk.step_profile import kernel_rows, report
     from bitnet_cuda.runner import CudaRunner
 
     sel = select("cuda")  # a clear error without a GPU
@@ -83,22 +78,14 @@ def main(argv: list[str] | None = None) -> int:
     wall = steps()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         steps()
-    rows = kernel_rows(prof, args.steps)
-    kernel_us = sum(r["us_per_step"] for r in rows)
-    print(f"{sel.record.probe().device}: {args.layers} layers, {args.steps} decode steps "
-          f"after a {args.prompt}-token prompt, CUDA graphs")  # fmt: skip
-    print(
-        f"step wall {wall * 1e6:9.1f} us; kernels' sum {kernel_us:9.1f} us "
-        f"({kernel_us / (wall * 1e6):.0%}); the rest: the GPU idle between kernels or the host"
-    )
-    print(f"{'kernel':40s} {'launches':>9s} {'us/step':>9s} {'share':>6s}")
-    for r in rows:
-        print(f"{r['kernel'][:40]:40s} {r['launches_per_step']:9.1f} {r['us_per_step']:9.1f} "
-              f"{r['share']:6.1%}")  # fmt: skip
+    rows = kernel_rows(kernel_times(prof), args.steps)
+    title = (f"{sel.record.probe().device}: {args.layers} layers, {args.steps} decode steps "
+             f"after a {args.prompt}-token prompt, CUDA graphs")  # fmt: skip
+    print(report(title, rows, wall, "the GPU idle between kernels, or the host"))
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"device": sel.record.probe().device, "layers": args.layers, "steps": args.steps,
-             "step_wall_us": wall * 1e6, "kernels_us": kernel_us, "kernels": rows}, indent=1))  # fmt: skip
+             "step_wall_us": wall * 1e6, "kernels": rows}, indent=1))  # fmt: skip
     seq.close()
     return 0
 

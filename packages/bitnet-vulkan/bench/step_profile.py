@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bitnet_core.config import BitNetConfig
     from bitnet_core.model import random_weights
+    from bitnet_core.sdk.step_profile import kernel_rows, report
     from bitnet_vulkan.provider import VulkanProvider
 
     provider = VulkanProvider()
@@ -64,29 +65,14 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.steps):
             tok = int(runner.forward([tok], seq).argmax())
         wall = (time.perf_counter() - t0) / args.steps
-    rows = [
-        {"kernel": name, "launches_per_step": n / args.steps, "us_per_step": s * 1e6 / args.steps}
-        for name, (n, s) in timer.times.items()
-    ]
-    rows.sort(key=lambda r: -r["us_per_step"])
-    total = sum(r["us_per_step"] for r in rows) or 1.0
-    for r in rows:
-        r["share"] = r["us_per_step"] / total
-    print(f"{avail.device}: {args.preset} shapes, {args.layers} layers, {args.steps} decode "
-          f"steps after a {args.prompt}-token prompt, one recorded step replayed")  # fmt: skip
-    print(
-        f"step wall {wall * 1e6:9.1f} us; commands' sum {total:9.1f} us "
-        f"({total / (wall * 1e6):.0%}); the rest: host, submission, wait"
-    )
-    print(f"{'shader':28s} {'launches':>9s} {'us/step':>9s} {'share':>6s}")
-    for r in rows:
-        print(f"{r['kernel'][:28]:28s} {r['launches_per_step']:9.1f} {r['us_per_step']:9.1f} "
-              f"{r['share']:6.1%}")  # fmt: skip
+    rows = kernel_rows(timer.times, args.steps)
+    title = (f"{avail.device}: {args.preset} shapes, {args.layers} layers, {args.steps} decode "
+             f"steps after a {args.prompt}-token prompt, one recorded step replayed")  # fmt: skip
+    print(report(title, rows, wall, "host, submission, wait"))
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"device": avail.device, "preset": args.preset, "layers": args.layers,
-             "steps": args.steps, "step_wall_us": wall * 1e6, "commands_us": total,
-             "kernels": rows}, indent=1))  # fmt: skip
+             "steps": args.steps, "step_wall_us": wall * 1e6, "kernels": rows}, indent=1))  # fmt: skip
     provider.close()
     return 0
 
