@@ -58,7 +58,8 @@ PY
 echo "GPU providers: ${GPUS[*]:-none}" | tee -a "$OUTDIR/summary.txt"
 [ -n "${GPU_ENV_STALE:-}" ] && echo "WARNING: $GPU_ENV_STALE" | tee -a "$OUTDIR/summary.txt"
 for name in "${GPUS[@]}"; do
-  stage "smoke-$name" 120 "$PY" ci/gpu_smoke.py --providers "$name" --out "$RES/smoke-$name" &
+  stage "smoke-$name" 120 "$PY" ci/gpu_smoke.py --providers "$name" --timeout 110 \
+    --out "$RES/smoke-$name" &
 done
 wait
 cat "$OUTDIR"/smoke-*.log >"$OUTDIR/smoke.log" 2>/dev/null && rm -f "$OUTDIR"/smoke-*.log

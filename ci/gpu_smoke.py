@@ -19,11 +19,11 @@ or the ones named with ``--providers``:
    row against the same sequence decoded alone on the same provider.
 
 ``parity-receipt.json`` sums it all up; the exit code is 0 when every
-provider passed every step. With more than one provider each runs in a
-process of its own under ``--timeout`` seconds: one that hangs prints every
-thread's Python stack and exits (``faulthandler.dump_traceback_later``; the
-provider's log, ``smoke-<name>.log``, keeps it and the receipt quotes its
-end), and the others still run.
+provider passed every step. A provider that runs past ``--timeout`` seconds
+prints every thread's Python stack and exits
+(``faulthandler.dump_traceback_later``). With more than one provider each
+runs in a process of its own, so the others still run; the provider's log,
+``smoke-<name>.log``, keeps the stacks and the receipt quotes its end.
 """
 
 from __future__ import annotations
@@ -292,8 +292,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpu-smoke: {name}: unavailable: {reason}")
             ok = ok and args.allow_unavailable
             continue
-        alone = len(names) == 1
-        entry = check_provider(name, rec, args) if alone else check_in_child(name, args)
+        if len(names) == 1:  # here; a hang still prints every thread's stack and exits
+            faulthandler.dump_traceback_later(args.timeout, exit=True)
+            entry = check_provider(name, rec, args)
+            faulthandler.cancel_dump_traceback_later()
+        else:
+            entry = check_in_child(name, args)
         receipt["providers"][name] = entry
         ok = ok and entry["status"] == "passed"
         if entry["status"] != "passed" and "error" in entry:
