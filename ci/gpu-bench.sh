@@ -6,7 +6,7 @@
 # a Vulkan decode step, and the host time of a decode step per engine (the fused
 # paths against the generic engine) on Vulkan, OpenCL and WebGPU.
 #
-#   here, once:  bash ci/gpu-prepare.sh
+#   here, before each device session:  bash ci/gpu-prepare.sh
 #   there:       bash ci/gpu-bench.sh [OUTDIR]      (device tool: carry .gl and .whl)
 #
 # Each stage runs under its own time limit (BITNET_GPU_STAGE_SCALE scales them
