@@ -102,6 +102,7 @@ def kernel_times(
     """The ternary matmul kernels of ``shapes`` at ``tokens`` tokens and the float16 head
     at 1 and 8 tokens, timed from CUDA graphs (``graph_seconds``)."""
     from bitnet_core.hal.weights import TernaryWeight
+    from bitnet_cuda.provider import MMA_MIN_TOKENS
 
     rng = np.random.default_rng(0)
     out = []
@@ -118,7 +119,8 @@ def kernel_times(
                 provider.launch_i2s(w.words, w.scales, xq.data, xs, xq.xsum, y, t)
 
             s = graph_seconds(cp, launch, repeat, launches)
-            out.append({"kernel": "matmul_i2s", "name": name, "shape": [n, k], "tokens": t,
+            mma = t >= MMA_MIN_TOKENS and provider.tensor_cores  # launch_i2s's choice
+            out.append({"kernel": "matmul_i2s_mma" if mma else "matmul_i2s", "name": name, "shape": [n, k], "tokens": t,
                         "seconds": s, "weight_bytes": nbytes, "bandwidth": nbytes / s})  # fmt: skip
     table = rng.standard_normal(head, dtype=np.float32).astype(np.float16)
     head_table = provider._half_table(table, "f16")

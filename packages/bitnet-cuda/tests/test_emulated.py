@@ -331,11 +331,11 @@ def test_bench_times_the_kernels_from_a_graph_and_computes_their_products() -> N
     bench = _bench_cuda()
     p = _emulated()
     rows = bench.kernel_times(
-        p, p.cp, repeat=2, shapes={"o": (40, 96)}, tokens=(1, 3), head=(50, 72), launches=2
+        p, p.cp, repeat=2, shapes={"o": (40, 96)}, tokens=(1, 16), head=(50, 72), launches=2
     )
     assert [(r["kernel"], r["name"], r["tokens"]) for r in rows] == [
         ("matmul_i2s", "o", 1),
-        ("matmul_i2s", "o", 3),
+        ("matmul_i2s_mma", "o", 16),  # the tensor cores from MMA_MIN_TOKENS
         ("matmul_dense_f16", "head", 1),
         ("matmul_dense_f16", "head", 8),
     ]
