@@ -5,7 +5,9 @@ Two measurements, each printed for both providers with the ratio:
 - GEMV: ``matmul_i2s`` with one token (decode) on BitNet layer shapes;
   effective bandwidth = the weight bytes a call must read (2 bits a weight
   plus the row scales, plus the activations) / time a call. On the device,
-  ``--repeat`` calls are recorded into one command buffer and submitted once.
+  ``--repeat`` calls are recorded into one command buffer and submitted once;
+  a call's time is the host's (recording it from Python included), and where
+  the device writes timestamps also the kernel's own (``timestamps.py``).
 - decode: greedy decode tokens/s through the engine (``bitnet_core.model``,
   ``Model.from_weights``) on a random model of the preset's shape, the same
   model and prompt on both providers (the greedy tokens are compared too).
@@ -58,8 +60,12 @@ def providers(cpu_name: str | None) -> tuple[Any, Any]:
     from bitnet_core.hal.selection import select
     from bitnet_vulkan.provider import VulkanProvider
 
-    vk = VulkanProvider()
-    avail = vk.probe(explicit=True)
+    os.environ["BITNET_VULKAN_TIMESTAMPS"] = "1"  # this provider's GEMVs: kernel times too
+    try:
+        vk = VulkanProvider()
+        avail = vk.probe(explicit=True)
+    finally:  # the decode benchmark's provider runs without the queries
+        os.environ.pop("BITNET_VULKAN_TIMESTAMPS")
     if not avail.available:
         sys.exit(f"vulkan unavailable: {avail.reason}")
     cpu = select(cpu_name or "cpu").provider
@@ -74,13 +80,19 @@ def sync(p: Any, x: Any) -> None:
         p.to_host(x)
 
 
-def bench_gemv(p: Any, rows: int, cols: int, repeat: int, rng: np.random.Generator) -> float:
-    """Seconds per ``matmul_i2s`` call with one token."""
+def bench_gemv(
+    p: Any, rows: int, cols: int, repeat: int, rng: np.random.Generator
+) -> tuple[float, float | None]:
+    """Seconds per ``matmul_i2s`` call with one token: the host's, and the device's (from
+    timestamps; None where the provider has none)."""
     w = p.load_ternary(
         TernaryWeight.from_codes(rng.integers(-1, 2, (rows, cols)).astype(np.int8), 0.01)
     )
     xq, xs = p.quantize_act(p.to_device(rng.standard_normal((1, cols)).astype(np.float32)))
     sync(p, p.matmul_i2s(xq, xs, w))  # warm: pipelines, pools
+    timer = getattr(getattr(p, "stream", None), "timer", None)
+    if timer is not None:
+        timer.times.clear()
     best = math.inf
     for _ in range(3):
         t0 = time.perf_counter()
@@ -88,7 +100,10 @@ def bench_gemv(p: Any, rows: int, cols: int, repeat: int, rng: np.random.Generat
         sync(p, outs[-1])
         best = min(best, (time.perf_counter() - t0) / repeat)
         del outs
-    return best
+    if timer is None:
+        return best, None
+    runs = [v for name, v in timer.times.items() if name.startswith("matmul_i2s")]
+    return best, sum(s for _, s in runs) / sum(n for n, _ in runs)
 
 
 def bench_decode(device: str, s: Shape, prompt: int, tokens: int) -> dict[str, float]:
@@ -155,21 +170,28 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(0)
     for rows, cols in [(s.hidden, s.hidden), (s.inner, s.hidden), (s.hidden, s.inner)]:
         nbytes = rows * (-(-cols // 4)) + 4 * rows + cols
-        t_vk = bench_gemv(vk, rows, cols, args.repeat, rng)
-        t_cpu = None if args.no_cpu else bench_gemv(cpu, rows, cols, max(2, args.repeat // 4), rng)
+        t_vk, t_kernel = bench_gemv(vk, rows, cols, args.repeat, rng)
+        t_cpu = None
+        if not args.no_cpu:
+            t_cpu = bench_gemv(cpu, rows, cols, max(2, args.repeat // 4), rng)[0]
         row = {
             "rows": rows,
             "cols": cols,
             "vulkan_us": t_vk * 1e6,
             "vulkan_GBps": nbytes / t_vk / 1e9,
+            "vulkan_kernel_us": None if t_kernel is None else t_kernel * 1e6,
+            "vulkan_kernel_GBps": None if t_kernel is None else nbytes / t_kernel / 1e9,
             "cpu_us": None if t_cpu is None else t_cpu * 1e6,
             "speedup": None if t_cpu is None else t_cpu / t_vk,
         }
         report["gemv"].append(row)
         cpu_txt = "" if t_cpu is None else f"  cpu {t_cpu * 1e6:9.1f} us  x{t_cpu / t_vk:.2f}"
+        kernel_txt = ""
+        if t_kernel is not None:
+            kernel_txt = f" (kernel {t_kernel * 1e6:9.1f} us {nbytes / t_kernel / 1e9:7.2f} GB/s)"
         print(
-            f"gemv {rows:5d}x{cols:<5d} vulkan {t_vk * 1e6:9.1f} us "
-            f"{nbytes / t_vk / 1e9:7.2f} GB/s{cpu_txt}"
+            f"gemv {rows:5d}x{cols:<5d} vulkan {t_vk * 1e6:9.1f} us a call "
+            f"{nbytes / t_vk / 1e9:7.2f} GB/s{kernel_txt}{cpu_txt}"
         )
     d_vk = bench_decode("vulkan", s, args.prompt, args.tokens)
     report["decode"] = {"vulkan": {k: v for k, v in d_vk.items() if k != "tokens"}}
