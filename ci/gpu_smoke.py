@@ -253,13 +253,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.child:  # from the start: a probe can hang too
+        faulthandler.dump_traceback_later(args.timeout, exit=True)
 
     from bitnet_core._version import __version__
     from bitnet_core.hal import list_providers
 
     records = list_providers(explicit=True)
     if args.child:  # one provider for the parent process: its entry, no receipt
-        faulthandler.dump_traceback_later(args.timeout, exit=True)
         (name,) = args.providers
         rec = next(r for r in records if r.name == name)
         entry = check_provider(name, rec, args)
