@@ -139,12 +139,13 @@ def kernel_times(
     return out
 
 
-def decode_tokens_per_s(provider, layers: int, tokens: int) -> dict:
+def random_2b4t_weights(layers: int):
+    """``ModelWeights`` of a random I2_S model of the 2B-4T shape with ``layers`` layers
+    (written to a temporary GGUF file and read back, as a real model is)."""
     from bitnet_core.config import BitNetConfig
     from bitnet_core.gguf import open_model_file
-    from bitnet_core.model import GenericRunner, ModelWeights
+    from bitnet_core.model import ModelWeights
     from bitnet_core.model.random import random_model_file
-    from bitnet_cuda.runner import CudaRunner
 
     cfg = BitNetConfig(
         vocab_size=128256,
@@ -159,7 +160,14 @@ def decode_tokens_per_s(provider, layers: int, tokens: int) -> dict:
     )
     path = Path(tempfile.mkdtemp()) / "2b4t-random.gguf"
     random_model_file(path, cfg, seed=0, ternary_type="i2_s")
-    weights = ModelWeights.from_model_file(open_model_file(path))
+    return ModelWeights.from_model_file(open_model_file(path))
+
+
+def decode_tokens_per_s(provider, layers: int, tokens: int) -> dict:
+    from bitnet_core.model import GenericRunner
+    from bitnet_cuda.runner import CudaRunner
+
+    weights = random_2b4t_weights(layers)
     per_layer = (2560 * 2560 * 2 + 640 * 2560 * 2 + 6912 * 2560 * 3) // 4
     out: dict = {"weight_bytes": layers * per_layer + 128256 * 2560 * 2}
     for engine in ("graphs", "fused", "generic"):

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from bench_cuda import random_2b4t_weights  # beside this script
 
 
 def kernel_times(prof) -> dict[str, tuple[float, float]]:
@@ -43,25 +43,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from torch.profiler import ProfilerActivity, profile
 
-    from bitnet_core.config import BitNetConfig
-    from bitnet_core.gguf import open_model_file
     from bitnet_core.hal import select
-    from bitnet_core.model import ModelWeights
-    from bitnet_core.model.random import random_model_file
     from bitnet_core.sdk.step_profile import kernel_rows, report
     from bitnet_cuda.runner import CudaRunner
 
     sel = select("cuda")  # a clear error without a GPU
     provider, cp = sel.provider, sel.provider.cp
-    cfg = BitNetConfig(
-        vocab_size=128256, hidden_size=2560, num_layers=args.layers, num_heads=20,
-        num_kv_heads=5, intermediate_size=6912, context_length=4096, rope_theta=500000.0,
-        ffn_activation="relu2",
-    )  # fmt: skip
-    path = Path(tempfile.mkdtemp()) / "2b4t-random.gguf"
-    random_model_file(path, cfg, seed=0, ternary_type="i2_s")
-    runner = CudaRunner(provider, ModelWeights.from_model_file(open_model_file(path)),
-                        progress=False)  # fmt: skip
+    runner = CudaRunner(provider, random_2b4t_weights(args.layers), progress=False)
     seq = runner.new_cache()
     runner.forward(np.arange(1, args.prompt + 1), seq)
     for i in range(4):  # module loads, the graph's capture

@@ -59,13 +59,18 @@ PRESETS = {
 def providers(cpu_name: str | None) -> tuple[Any, Any]:
     from bitnet_core.hal.selection import select
     from bitnet_vulkan.provider import VulkanProvider
+    from bitnet_vulkan.timestamps import ENV_TIMESTAMPS
 
-    os.environ["BITNET_VULKAN_TIMESTAMPS"] = "1"  # this provider's GEMVs: kernel times too
+    before = os.environ.get(ENV_TIMESTAMPS)
+    os.environ[ENV_TIMESTAMPS] = "1"  # this provider's GEMVs: kernel times too
     try:
         vk = VulkanProvider()
         avail = vk.probe(explicit=True)
-    finally:  # the decode benchmark's provider runs without the queries
-        os.environ.pop("BITNET_VULKAN_TIMESTAMPS")
+    finally:  # the decode benchmark's provider runs as the caller's environment says
+        if before is None:
+            os.environ.pop(ENV_TIMESTAMPS)
+        else:
+            os.environ[ENV_TIMESTAMPS] = before
     if not avail.available:
         sys.exit(f"vulkan unavailable: {avail.reason}")
     cpu = select(cpu_name or "cpu").provider
@@ -106,10 +111,9 @@ def bench_gemv(
     return best, sum(s for _, s in runs) / sum(n for n, _ in runs)
 
 
-def bench_decode(device: str, s: Shape, prompt: int, tokens: int) -> dict[str, float]:
-    """Greedy decode through the engine (``bitnet_core.model``) on a random model of shape ``s``."""
+def random_model(s: Shape, context: int) -> Any:
+    """The random weights (seed 0) of a model of shape ``s`` and ``context`` positions."""
     from bitnet_core.config import BitNetConfig
-    from bitnet_core.model.api import Model
     from bitnet_core.model.random import random_weights
 
     cfg = BitNetConfig(
@@ -119,9 +123,16 @@ def bench_decode(device: str, s: Shape, prompt: int, tokens: int) -> dict[str, f
         num_heads=s.heads,
         num_kv_heads=s.kv_heads,
         intermediate_size=s.inner,
-        context_length=prompt + tokens + 8,
+        context_length=context,
     )
-    model = Model.from_weights(random_weights(cfg, seed=0), device=device)
+    return random_weights(cfg, seed=0)
+
+
+def bench_decode(device: str, s: Shape, prompt: int, tokens: int) -> dict[str, float]:
+    """Greedy decode through the engine (``bitnet_core.model``) on a random model of shape ``s``."""
+    from bitnet_core.model.api import Model
+
+    model = Model.from_weights(random_model(s, prompt + tokens + 8), device=device)
     ids = list(range(1, prompt + 1))
     model.generate_ids(ids[:2], max_tokens=2, temperature=0)  # warm: pipelines, pools
     stats0 = dict(getattr(model.provider, "stream", None).stats) if device == "vulkan" else None

@@ -1,48 +1,43 @@
 """Where a Vulkan decode step's time goes, dispatch by dispatch (timestamp queries).
 
-A random model of the 2B-4T shape (``--layers`` of them; ``--preset small``
-for a quick look on lavapipe) decodes on ``VulkanRunner`` (one recorded
-step resubmitted, as ``bitnet run`` does) with ``BITNET_VULKAN_TIMESTAMPS=1``:
-every command's GPU time is read back after each step. The script prints each
-shader's launches and microseconds per step, its share of the commands' sum,
-and that sum against the step's wall time (the rest: the host, the
-submission and the wait).
+A random model of one of ``bench_vulkan.py``'s preset shapes (``2b`` by
+default, its 30 layers or ``--layers``; ``--preset small`` for a quick look
+on lavapipe) decodes on ``VulkanRunner`` (one recorded step resubmitted, as
+``bitnet run`` does) with ``BITNET_VULKAN_TIMESTAMPS=1``: every command's GPU
+time is read back after each step. The script prints each shader's launches
+and microseconds per step, its share of the commands' sum, and that sum
+against the step's wall time (the rest: the host, the submission and the
+wait).
 
-    python packages/bitnet-vulkan/bench/step_profile.py [--layers 30] [--steps 16] [--json F]
+    python packages/bitnet-vulkan/bench/step_profile.py [--preset 2b] [--steps 16] [--json F]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import time
 from pathlib import Path
 
 import numpy as np
-
-PRESETS = {
-    "2b": dict(vocab_size=128256, hidden_size=2560, num_heads=20, num_kv_heads=5,
-               intermediate_size=6912, rope_theta=500000.0),
-    "small": dict(vocab_size=4096, hidden_size=512, num_heads=8, num_kv_heads=2,
-                  intermediate_size=1408),
-}  # fmt: skip
+from bench_vulkan import PRESETS, random_model  # beside this script
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", choices=sorted(PRESETS), default="2b")
-    ap.add_argument("--layers", type=int, default=30)
+    ap.add_argument("--layers", type=int, default=None, help="default: the preset's")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--prompt", type=int, default=64, help="prompt tokens before the steps")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    os.environ["BITNET_VULKAN_TIMESTAMPS"] = "1"  # read when the device is set up
-
-    from bitnet_core.config import BitNetConfig
-    from bitnet_core.model import random_weights
     from bitnet_core.sdk.step_profile import kernel_rows, report
     from bitnet_vulkan.provider import VulkanProvider
+    from bitnet_vulkan.timestamps import ENV_TIMESTAMPS
+
+    os.environ[ENV_TIMESTAMPS] = "1"  # read when the device is set up
 
     provider = VulkanProvider()
     avail = provider.probe(explicit=True)
@@ -51,9 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     timer = provider.stream.timer
     if timer is None:
         raise SystemExit(f"{avail.device}: the compute queue writes no timestamps")
-    cfg = BitNetConfig(num_layers=args.layers, context_length=args.prompt + args.steps + 16,
-                       ffn_activation="relu2", **PRESETS[args.preset])  # fmt: skip
-    runner = provider.make_runner(random_weights(cfg, seed=0), progress=False)
+    shape = PRESETS[args.preset]
+    if args.layers is not None:
+        shape = dataclasses.replace(shape, layers=args.layers)
+    runner = provider.make_runner(random_model(shape, args.prompt + args.steps + 16),
+                                  progress=False)  # fmt: skip
     if runner is None:
         raise SystemExit("the fused Vulkan runner is off (BITNET_VULKAN_FUSED=0)")
     with runner.new_cache() as seq:
@@ -66,12 +63,12 @@ def main(argv: list[str] | None = None) -> int:
             tok = int(runner.forward([tok], seq).argmax())
         wall = (time.perf_counter() - t0) / args.steps
     rows = kernel_rows(timer.times, args.steps)
-    title = (f"{avail.device}: {args.preset} shapes, {args.layers} layers, {args.steps} decode "
+    title = (f"{avail.device}: {args.preset} shapes, {shape.layers} layers, {args.steps} decode "
              f"steps after a {args.prompt}-token prompt, one recorded step replayed")  # fmt: skip
     print(report(title, rows, wall, "host, submission, wait"))
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"device": avail.device, "preset": args.preset, "layers": args.layers,
+            {"device": avail.device, "preset": args.preset, "layers": shape.layers,
              "steps": args.steps, "step_wall_us": wall * 1e6, "kernels": rows}, indent=1))  # fmt: skip
     provider.close()
     return 0
