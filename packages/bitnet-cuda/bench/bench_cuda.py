@@ -3,11 +3,12 @@
 1. device-to-device copy bandwidth (the memory floor's denominator);
 2. kernel times of the ternary matmul for the fused runner's 2B-4T shapes
    (q,k,v 3840x2560, o 2560x2560, gate,up 13824x2560, down 2560x6912) at
-   1, 4, 8 and 16 tokens, and of the float16 head (128256x2560) at 1 and 8:
-   each kernel captured ``GRAPH_LAUNCHES`` times into a CUDA graph and
-   replayed, so no host time is in them (timing the provider's op per call
-   measures Python's dispatch, 30-50 us, not the GPU); weight bytes / time
-   as a fraction of (1);
+   1, 4, 8 and 16 tokens, and of the float16 head (128256x2560) at 1 and 8
+   (the kernels the runner launches, from 2 tokens the multi-row ``_r4`` ones,
+   and beside those the one-row kernels and ``matmul_i2s_r2``): each kernel
+   captured ``GRAPH_LAUNCHES`` times into a CUDA graph and replayed, so no
+   host time is in them (timing the provider's op per call measures Python's
+   dispatch, 30-50 us, not the GPU); weight bytes / time as a fraction of (1);
 3. decode tokens/s of a random model of 2B-4T shape through ``bitnet_core``
    on the ``cuda`` provider, three engines measured in turn on the same
    weights: ``graphs`` (``CudaRunner``, decode steps replayed from CUDA
@@ -100,12 +101,19 @@ def kernel_times(
     launches: int = GRAPH_LAUNCHES,
 ) -> list[dict]:
     """The ternary matmul kernels of ``shapes`` at ``tokens`` tokens and the float16 head
-    at 1 and 8 tokens, timed from CUDA graphs (``graph_seconds``)."""
+    at 1 and 8 tokens, timed from CUDA graphs (``graph_seconds``): first the kernel the
+    runner launches, then, where the dp4a tiles run 2+ tokens, the other rows a warp."""
     from bitnet_core.hal.weights import TernaryWeight
-    from bitnet_cuda.provider import MMA_MIN_TOKENS
+    from bitnet_cuda.provider import I2S_ROWS, MMA_MIN_TOKENS
 
     rng = np.random.default_rng(0)
     out = []
+
+    def time_kernel(launch, n_launches: int, row: dict) -> None:
+        kernel = launch()  # (uncaptured: the kernel's name)
+        s = graph_seconds(cp, launch, repeat, n_launches)
+        out.append({"kernel": kernel, **row, "seconds": s, "bandwidth": row["weight_bytes"] / s})
+
     for name, (n, k) in shapes.items():
         codes = rng.integers(-1, 2, (n, k)).astype(np.int8)
         w = provider.load_ternary(TernaryWeight.from_codes(codes, 1.0))
@@ -114,28 +122,30 @@ def kernel_times(
             x = cp.asarray(rng.standard_normal((t, k)).astype(np.float32))
             xq, xs = provider.quantize_act(x)
             y = cp.empty((t, n), dtype=np.float32)
-
-            def launch(w=w, xq=xq, xs=xs, y=y, t=t):
-                provider.launch_i2s(w.words, w.scales, xq.data, xs, xq.xsum, y, t)
-
-            s = graph_seconds(cp, launch, repeat, launches)
+            row = {"name": name, "shape": [n, k], "tokens": t, "weight_bytes": nbytes}
             mma = t >= MMA_MIN_TOKENS and provider.tensor_cores  # launch_i2s's choice
-            out.append({"kernel": "matmul_i2s_mma" if mma else "matmul_i2s", "name": name, "shape": [n, k], "tokens": t,
-                        "seconds": s, "weight_bytes": nbytes, "bandwidth": nbytes / s})  # fmt: skip
+            others = [r for r in (4, 2, 1) if r != I2S_ROWS] if t >= 2 and not mma else []
+            for per_warp in (None, *others):
+
+                def launch(w=w, xq=xq, xs=xs, y=y, t=t, per_warp=per_warp):
+                    args = (w.words, w.scales, xq.data, xs, xq.xsum, y, t)
+                    return provider.launch_i2s(*args, per_warp=per_warp)
+
+                time_kernel(launch, launches, row)
     table = rng.standard_normal(head, dtype=np.float32).astype(np.float16)
     head_table = provider._half_table(table, "f16")
     del table
     for t in (1, 8):
         x = cp.asarray(rng.standard_normal((t, head[1])).astype(np.float32))
         y = cp.empty((t, head[0]), dtype=np.float32)
+        row = {"name": "head", "shape": list(head), "tokens": t}
+        row["weight_bytes"] = head_table.data.nbytes
+        for per_warp in (None, 1) if t >= 2 else (None,):
 
-        def launch_head(x=x, y=y, t=t):
-            provider.launch_dense(head_table, x, y, t)
+            def launch_head(x=x, y=y, t=t, per_warp=per_warp):
+                return provider.launch_dense(head_table, x, y, t, per_warp)
 
-        s = graph_seconds(cp, launch_head, repeat, max(1, launches // 4))
-        nbytes = head_table.data.nbytes
-        out.append({"kernel": "matmul_dense_f16", "name": "head", "shape": list(head),
-                    "tokens": t, "seconds": s, "weight_bytes": nbytes, "bandwidth": nbytes / s})  # fmt: skip
+            time_kernel(launch_head, max(1, launches // 4), row)
     return out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -33,6 +34,13 @@ def test_kernels_compile_with_nvcc_for_sm90(tmp_path):
         assert symbols.returncode == 0, symbols.stderr
         for name in KERNELS:
             assert name in symbols.stdout
+
+
+def test_kernels_lists_every_kernel_of_the_source():
+    # a fatbin is checked against KERNELS before use: one missing here would let a stale
+    # fatbin without it through, to fail at the first launch instead of falling back to NVRTC
+    defined = re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(', SOURCE.read_text())
+    assert sorted(KERNELS) == sorted(defined)
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed")

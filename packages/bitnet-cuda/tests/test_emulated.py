@@ -314,6 +314,87 @@ def test_batched_decode_step_equals_each_sequence_alone(kv: str) -> None:
     assert new_b.length == 3
 
 
+# the batched decode steps' token counts: 9 and 15 take two token blocks (MAXT = 8)
+ROW_TOKENS = (2, 3, 5, 7, 8, 9, 15)
+
+
+@pytest.mark.parametrize("n,k", [(1, 64), (7, 100), (37, 200), (70, 1000)])
+@pytest.mark.parametrize("add", [False, True])
+def test_multi_row_gemv_equals_numpy_and_each_token_alone(n: int, k: int, add: bool) -> None:
+    """matmul_i2s_r4 / _r2 (2+ tokens; rows not a multiple of 4 or of a block's 16, k padded
+    to 64, tails of words a lane): the int32 dots then the epilogue's float32 steps equal
+    numpy's bit for bit, as does one-row matmul_i2s launched a token at a time."""
+    from bitnet_core.testing.ops import activations, random_weight
+
+    rng = np.random.default_rng(n * 10 + k)
+    p = _emulated()
+    host = random_weight(rng, n, k)
+    weight = p.load_ternary(host)
+    codes, scales = host.unpack()
+    xq, xs = p.quantize_act(p.to_device(activations(rng, 15, k)))
+    dots = p.to_host(xq).astype(np.int64) @ codes.astype(np.int64).T
+    want = dots.astype(np.float32) * scales.astype(np.float32) / p.to_host(xs)[:, None]
+    start = rng.standard_normal((15, n)).astype(np.float32)
+    want = start + want if add else want
+
+    def launch(t0: int, t: int, per_warp: int | None) -> tuple[str, np.ndarray]:
+        y = p.to_device(start[t0 : t0 + t])
+        part = (xq.data[t0 : t0 + t], xs[t0 : t0 + t], xq.xsum[t0 : t0 + t])
+        name = p.launch_i2s(weight.words, weight.scales, *part, y, t, add, per_warp)
+        return name, p.to_host(y)
+
+    alone = [launch(j, 1, None) for j in range(15)]
+    assert {name for name, _ in alone} == {"matmul_i2s_add" if add else "matmul_i2s"}
+    np.testing.assert_array_equal(np.concatenate([y for _, y in alone]), want)
+    for t in ROW_TOKENS:
+        for per_warp, r in ((None, 4), (2, 2)):
+            name, got = launch(0, t, per_warp)
+            assert name == f"matmul_i2s_r{r}" + ("_add" if add else "")
+            np.testing.assert_array_equal(got, want[:t], err_msg=f"{name}, {t} tokens")
+
+
+@pytest.mark.parametrize("kind", ["f16", "bf16", "f32"])
+@pytest.mark.parametrize("n,k", [(1, 8), (13, 72), (70, 136), (37, 100)])
+def test_multi_row_head_is_each_token_alone_bit_for_bit(kind: str, n: int, k: int) -> None:
+    """matmul_dense_*_r4 (2+ tokens): each (row, token) sums in the one-row kernel's order
+    (same lanes, fmas and warp_sum), so a token's logits equal its own one-token launch
+    bit for bit whatever the other tokens; both are numpy's within float32 rounding. A
+    16-bit table whose k is no multiple of 8 (no float4 x loads) keeps the one-row kernel."""
+    from bitnet_core.testing.ops import activations
+
+    rng = np.random.default_rng(n * 1000 + k)
+    p = _emulated()
+    values = rng.standard_normal((n, k)).astype(np.float32)
+    if kind == "f16":
+        table = p.to_device(values.astype(np.float16))
+    elif kind == "bf16":
+        table = p.to_device(BF16Array.from_float(values))
+    else:
+        table = p.to_device(values)
+    x = activations(rng, 15, k)
+    dx = p.to_device(x)
+
+    def launch(t0: int, t: int) -> tuple[str, np.ndarray]:
+        y = p.cp.zeros((t, n), np.float32)
+        return p.launch_dense(table, dx[t0 : t0 + t], y, t), p.to_host(y)
+
+    alone = np.concatenate([launch(j, 1)[1] for j in range(15)])
+    host = p.to_host(table).astype(np.float32)
+    bound = 1e-5 * (np.abs(x) @ np.abs(host).T)  # float32 rounding of k terms, k <= 136
+    assert np.all(np.abs(alone - ReferenceProvider().matmul_dense(x, host)) <= bound)
+    multi = kind == "f32" or k % 8 == 0
+    for t in ROW_TOKENS:
+        name, got = launch(0, t)
+        assert name == f"matmul_dense_{kind}" + ("_r4" if multi else "")
+        np.testing.assert_array_equal(got, alone[:t], err_msg=f"{name}, {t} tokens")
+    if kind != "f32" and multi:  # an x that float4 loads cannot read: the one-row kernel
+        y = p.cp.zeros((2, n), np.float32)
+        unaligned = p.to_device(np.zeros(2 * k + 1, np.float32))[1:].reshape(2, k)
+        unaligned[...] = x[:2]
+        assert p.launch_dense(table, unaligned, y, 2) == f"matmul_dense_{kind}"
+        np.testing.assert_array_equal(p.to_host(y), alone[:2])
+
+
 def _bench_cuda():
     import importlib.util
     from pathlib import Path
@@ -331,12 +412,16 @@ def test_bench_times_the_kernels_from_a_graph_and_computes_their_products() -> N
     bench = _bench_cuda()
     p = _emulated()
     rows = bench.kernel_times(
-        p, p.cp, repeat=2, shapes={"o": (40, 96)}, tokens=(1, 16), head=(50, 72), launches=2
+        p, p.cp, repeat=2, shapes={"o": (40, 96)}, tokens=(1, 3, 16), head=(50, 72), launches=2
     )
     assert [(r["kernel"], r["name"], r["tokens"]) for r in rows] == [
         ("matmul_i2s", "o", 1),
+        ("matmul_i2s_r4", "o", 3),  # what the runner launches, then the other rows a warp
+        ("matmul_i2s_r2", "o", 3),
+        ("matmul_i2s", "o", 3),
         ("matmul_i2s_mma", "o", 16),  # the tensor cores from MMA_MIN_TOKENS
         ("matmul_dense_f16", "head", 1),
+        ("matmul_dense_f16_r4", "head", 8),
         ("matmul_dense_f16", "head", 8),
     ]
     assert all(r["seconds"] > 0 and r["bandwidth"] > 0 for r in rows)

@@ -34,9 +34,19 @@ __all__ = [
 
 WARPS_PER_BLOCK = 8
 MAXT = 8  # tokens per GEMV block (kernels' MAXT)
+#: from 2 tokens the GEMV and the head compute this many rows a warp (``matmul_i2s_r4``,
+#: ``matmul_dense_*_r4``): each activation load feeds them all; 1 token keeps one a warp
+I2S_ROWS, DENSE_ROWS = 4, 4
+ROWS_WARPS = 4  # warps a block of the multi-row kernels
 MMA_WARPS, MMA_NT = 4, 4  # matmul_i2s_mma: warps a block, 8-token groups a warp (kernels')
 #: from this many tokens a ternary matmul runs on int8 tensor cores (sm_80+)
 MMA_MIN_TOKENS = 16
+
+
+def device_address(array: Any) -> int:
+    """The device address of a CuPy array (a numpy one's host address in the emulator)."""
+    iface = getattr(array, "__cuda_array_interface__", None) or array.__array_interface__
+    return int(iface["data"][0])
 
 
 class CudaProvider(CudaRuntime, CudaMemory, GpuProvider, family="cuda", priority=10):
@@ -118,20 +128,31 @@ class CudaProvider(CudaRuntime, CudaMemory, GpuProvider, family="cuda", priority
         y: Any,
         t: int,
         add: bool = False,
-    ) -> None:
+        per_warp: int | None = None,
+    ) -> str:
         """y [t, rows] (+)= the ternary matmul: int8 tensor cores from ``MMA_MIN_TOKENS``
-        tokens where the GPU has them, else the dp4a GEMV tiles."""
+        tokens where the GPU has them, else dp4a tiles of ``I2S_ROWS`` rows a warp from 2
+        tokens, one row a warp for 1. ``per_warp`` (1, 2 or 4) forces the dp4a tiles of
+        that many rows (benchmarks, tests). Returns the kernel's name."""
         rows, kw = int(words.shape[0]), int(words.shape[1])
-        if t >= MMA_MIN_TOKENS and self.tensor_cores:
-            name = "matmul_i2s_mma_add" if add else "matmul_i2s_mma"
+        if per_warp is None and t >= MMA_MIN_TOKENS and self.tensor_cores:
+            name = "matmul_i2s_mma"
             grid = (-(-rows // (16 * MMA_WARPS)), -(-t // (8 * MMA_NT)))
             block, k_words = (32 * MMA_WARPS,), kw
         else:
-            name = "matmul_i2s_add" if add else "matmul_i2s"
-            grid = (-(-rows // WARPS_PER_BLOCK), -(-t // MAXT))
-            block, k_words = (32 * WARPS_PER_BLOCK,), kw // 4
+            r = per_warp or (I2S_ROWS if t >= 2 else 1)
+            if r == 1:
+                name = "matmul_i2s"
+                grid = (-(-rows // WARPS_PER_BLOCK), -(-t // MAXT))
+                block, k_words = (32 * WARPS_PER_BLOCK,), kw // 4
+            else:
+                name = f"matmul_i2s_r{r}"
+                grid = (-(-rows // (ROWS_WARPS * r)), -(-t // MAXT))
+                block, k_words = (32 * ROWS_WARPS,), kw
+        name += "_add" if add else ""
         args = (words, scales, xq, xs, xsum, y, np.int32(rows), np.int32(k_words), np.int32(t))
         self._k(name)(grid, block, args)
+        return name
 
     def linear(self, x: Any, weight: CudaTernary) -> Any:
         xq, xs = self.quantize_act(x)
@@ -152,18 +173,27 @@ class CudaProvider(CudaRuntime, CudaMemory, GpuProvider, family="cuda", priority
             self.launch_dense(table, x, y, t)
         return y
 
-    def launch_dense(self, table: Any, x: Any, y: Any, t: int) -> None:
-        """y [t, n] = x [t, cols] @ table.T for a ``HalfTable`` (16-byte loads) or an f32 table."""
+    def launch_dense(self, table: Any, x: Any, y: Any, t: int, per_warp: int | None = None) -> str:
+        """y [t, n] = x [t, cols] @ table.T for a ``HalfTable`` (16-byte loads) or an f32 table:
+        ``DENSE_ROWS`` rows a warp from 2 tokens (a half table's x read as float4: cols a
+        multiple of 8, x 16-byte aligned, else one row a warp), one for 1. ``per_warp``
+        (1 or ``DENSE_ROWS``) forces one. Returns the kernel's name."""
         n, cols = (int(v) for v in table.shape)
-        grid = (-(-n // WARPS_PER_BLOCK), -(-t // MAXT))
-        block = (32 * WARPS_PER_BLOCK,)
-        if isinstance(table, HalfTable):
+        half = isinstance(table, HalfTable)
+        wide = not half or (cols % 8 == 0 and device_address(x) % 16 == 0)
+        r = per_warp or (DENSE_ROWS if t >= 2 and wide else 1)
+        if r not in (1, DENSE_ROWS) or (r > 1 and not wide):
+            raise ValueError(f"launch_dense: {r} rows a warp for this table and x")
+        name = f"matmul_dense_{table.kind if half else 'f32'}" + ("" if r == 1 else f"_r{r}")
+        warps = WARPS_PER_BLOCK if r == 1 else ROWS_WARPS
+        grid, block = (-(-n // (warps * r)), -(-t // MAXT)), (32 * warps,)
+        if half:
             loads = int(table.data.shape[1]) // 8
             args = (table.data, x, y, np.int32(n), np.int32(cols), np.int32(loads), np.int32(t))
-            self._k(f"matmul_dense_{table.kind}")(grid, block, args)
         else:
             args = (self._f32(table), x, y, np.int32(n), np.int32(cols), np.int32(t))
-            self._k("matmul_dense_f32")(grid, block, args)
+        self._k(name)(grid, block, args)
+        return name
 
     def rope(
         self, x: Any, positions: np.ndarray, theta: float, style: RopeStyle, rot_dim: int

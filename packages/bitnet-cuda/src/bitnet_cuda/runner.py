@@ -53,7 +53,7 @@ from bitnet_core.model.kv_cache import Sequence
 from bitnet_core.model.runner import GenericRunner
 from bitnet_core.sdk.fused import FusedLayer, decode_together, fused_layers
 
-from .provider import CudaProvider, CudaTernary, HalfTable
+from .provider import CudaProvider, CudaTernary, HalfTable, device_address
 
 NORM_THREADS = 256  # the provider's rmsnorm/quantize_act blocks: same sums, same rounding
 COMBINE_THREADS = 512
@@ -65,12 +65,6 @@ MAX_GRAPHS = 8  # captured decode steps kept (least recently used dropped)
 
 #: launches one layer's rope + KV store and attention: ``attend(layer index, layer)``
 Attend = Callable[[int, FusedLayer], None]
-
-
-def device_address(array: Any) -> int:
-    """The device address of a CuPy array (a numpy one's host address in the emulator)."""
-    iface = getattr(array, "__cuda_array_interface__", None) or array.__array_interface__
-    return int(iface["data"][0])
 
 
 def padded_cols(k: int) -> int:

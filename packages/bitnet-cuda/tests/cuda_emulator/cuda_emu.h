@@ -52,6 +52,9 @@ struct int4 {
 struct float2 {
     float x, y;
 };
+struct float4 {
+    float x, y, z, w;
+};
 struct __half {
     uint16_t x;
 };
@@ -309,6 +312,7 @@ inline int __dp4a(int a, int b, int c) {
 }
 inline int __float2int_rn(float x) { return static_cast<int>(std::nearbyint(x)); }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }  // one rounding
 inline float2 __half22float2(__half2 h) { return {bitnet_emu::half_to_float(h.x), bitnet_emu::half_to_float(h.y)}; }
 inline float __half2float(__half h) { return bitnet_emu::half_to_float(h.x); }
 inline __half __ushort_as_half(unsigned short b) { return __half{b}; }

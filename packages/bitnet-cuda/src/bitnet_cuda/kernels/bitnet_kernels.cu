@@ -175,6 +175,97 @@ extern "C" __global__ void matmul_i2s_add(const uint4* __restrict__ w, const flo
     matmul_i2s_body<true>(w, wscale, xq, xscale, xsum, y, n, kw4, t_total);
 }
 
+// The same product for T >= 2 (batched decode steps, short prompts): one warp computes R
+// rows, so each activation load feeds R rows' dp4a (matmul_i2s reloads them a row). Lanes
+// take consecutive weight words (16 columns, one int4 of activations each), so a warp's
+// activation load is 512 contiguous bytes; each lane loads I2S_U words a row ahead. The
+// int32 sums are exact in any order: the results are matmul_i2s's, bit for bit.
+#define I2S_U 4
+template <int R, bool ADD>
+__device__ void matmul_i2s_rows_body(const uint32_t* __restrict__ w, const float* __restrict__ wscale,
+                                     const int4* __restrict__ xq, const float* __restrict__ xscale,
+                                     const int* __restrict__ xsum, float* y, int n, int kw,
+                                     int t_total) {
+    const int lane = threadIdx.x % WARP;
+    const int row0 = (blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP) * R;
+    const int t0 = blockIdx.y * MAXT;
+    const int tcount = min(MAXT, t_total - t0);
+    if (row0 >= n) return;
+    const uint32_t* wr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) wr[r] = w + (size_t)min(row0 + r, n - 1) * kw;  // past n: dropped
+    const int4* xr = xq + (size_t)t0 * kw;  // a token's row: kw int4s
+    int acc[R][MAXT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int tt = 0; tt < MAXT; tt++) acc[r][tt] = 0;
+    for (int i0 = lane; i0 < kw; i0 += WARP * I2S_U) {
+        uint32_t wv[I2S_U][R];
+#pragma unroll
+        for (int u = 0; u < I2S_U; u++)
+#pragma unroll
+            for (int r = 0; r < R; r++)
+                wv[u][r] = i0 + u * WARP < kw ? __ldg(wr[r] + i0 + u * WARP) : 0u;
+#pragma unroll
+        for (int u = 0; u < I2S_U; u++) {
+            const int i = i0 + u * WARP;
+            if (i >= kw) break;
+#pragma unroll
+            for (int tt = 0; tt < MAXT; tt++) {
+                if (tt >= tcount) break;
+                const int4 xv = __ldg(xr + (size_t)tt * kw + i);
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const uint32_t word = wv[u][r];
+                    int a = acc[r][tt];
+                    a = __dp4a(xv.x, (int)(word & 0x03030303u), a);
+                    a = __dp4a(xv.y, (int)((word >> 2) & 0x03030303u), a);
+                    a = __dp4a(xv.z, (int)((word >> 4) & 0x03030303u), a);
+                    a = __dp4a(xv.w, (int)((word >> 6) & 0x03030303u), a);
+                    acc[r][tt] = a;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int row = row0 + r;
+        if (row >= n) break;  // warp-uniform
+        const float ws = wscale[row];
+#pragma unroll
+        for (int tt = 0; tt < MAXT; tt++) {
+            if (tt >= tcount) break;
+            const int total = warp_sum_i(acc[r][tt]);
+            if (lane == 0) {
+                const int t = t0 + tt;
+                const float v = (float)(total - xsum[t]) * ws / xscale[t];
+                y[(size_t)t * n + row] = ADD ? y[(size_t)t * n + row] + v : v;
+            }
+        }
+    }
+}
+extern "C" __global__ void matmul_i2s_r2(const uint32_t* __restrict__ w, const float* __restrict__ wscale,
+                                         const int4* __restrict__ xq, const float* __restrict__ xscale,
+                                         const int* __restrict__ xsum, float* y, int n, int kw, int t_total) {
+    matmul_i2s_rows_body<2, false>(w, wscale, xq, xscale, xsum, y, n, kw, t_total);
+}
+extern "C" __global__ void matmul_i2s_r2_add(const uint32_t* __restrict__ w, const float* __restrict__ wscale,
+                                             const int4* __restrict__ xq, const float* __restrict__ xscale,
+                                             const int* __restrict__ xsum, float* y, int n, int kw, int t_total) {
+    matmul_i2s_rows_body<2, true>(w, wscale, xq, xscale, xsum, y, n, kw, t_total);
+}
+extern "C" __global__ void matmul_i2s_r4(const uint32_t* __restrict__ w, const float* __restrict__ wscale,
+                                         const int4* __restrict__ xq, const float* __restrict__ xscale,
+                                         const int* __restrict__ xsum, float* y, int n, int kw, int t_total) {
+    matmul_i2s_rows_body<4, false>(w, wscale, xq, xscale, xsum, y, n, kw, t_total);
+}
+extern "C" __global__ void matmul_i2s_r4_add(const uint32_t* __restrict__ w, const float* __restrict__ wscale,
+                                             const int4* __restrict__ xq, const float* __restrict__ xscale,
+                                             const int* __restrict__ xsum, float* y, int n, int kw, int t_total) {
+    matmul_i2s_rows_body<4, true>(w, wscale, xq, xscale, xsum, y, n, kw, t_total);
+}
+
 // Prefill GEMM on int8 tensor cores (sm_80+): mma.sync m16n8k32, weight codes (value + 1,
 // unsigned) x int8 activations -> int32, then the same epilogue as matmul_i2s. Fragments
 // (PTX ISA, "matrix fragments for mma.m16n8k32"; g = lane / 4, c = lane % 4):
@@ -320,10 +411,12 @@ __device__ void matmul_dense_body(const typename DenseRow<FORMAT>::Word* __restr
         for (int tt = 0; tt < MAXT; tt++) {
             if (tt >= tcount) break;
             const float* xr = x + (size_t)(t0 + tt) * k;
+            // (nvcc contracts `v += w * x` to this fma; spelled out so that the multi-row
+            // kernel below, the emulator and this one round alike)
             float v = wv[0] * xr[k0];
 #pragma unroll
             for (int c = 1; c < C; c++)
-                if (k0 + c < k) v += wv[c] * xr[k0 + c];
+                if (k0 + c < k) v = __fmaf_rn(wv[c], xr[k0 + c], v);
             acc[tt] += v;
         }
     }
@@ -345,6 +438,86 @@ extern "C" __global__ void matmul_dense_bf16(const uint4* __restrict__ table, co
 extern "C" __global__ void matmul_dense_f32(const float* __restrict__ table, const float* __restrict__ x,
                                             float* __restrict__ y, int n, int k, int t_total) {
     matmul_dense_body<float>(table, x, y, n, k, k, t_total);
+}
+
+// The head for T >= 2: one warp computes R rows, so each x load feeds R rows' FMAs, and a
+// lane's 8 x values for a 16-bit table come in two float4 loads (k a multiple of 8, x
+// 16-byte aligned: the host checks; an f32 table's x loads are coalesced floats already).
+// Each (row, token) sums in matmul_dense_body's order: same lanes, same fmas, same
+// warp_sum, so a row's logits do not depend on the other tokens or on the kernel.
+template <int C>
+__device__ __forceinline__ void load_x(const float* p, float (&v)[C]);
+template <>
+__device__ __forceinline__ void load_x<8>(const float* p, float (&v)[8]) {
+    const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+    const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+template <>
+__device__ __forceinline__ void load_x<1>(const float* p, float (&v)[1]) {
+    v[0] = __ldg(p);
+}
+template <typename FORMAT, int R>
+__device__ void matmul_dense_rows_body(const typename DenseRow<FORMAT>::Word* __restrict__ table,
+                                       const float* __restrict__ x, float* __restrict__ y, int n,
+                                       int k, int loads, int t_total) {
+    constexpr int C = DenseRow<FORMAT>::cols;
+    const int lane = threadIdx.x % WARP;
+    const int row0 = (blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP) * R;
+    const int t0 = blockIdx.y * MAXT;
+    const int tcount = min(MAXT, t_total - t0);
+    if (row0 >= n) return;
+    const typename DenseRow<FORMAT>::Word* trow[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) trow[r] = table + (size_t)min(row0 + r, n - 1) * loads;
+    float acc[R][MAXT];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int tt = 0; tt < MAXT; tt++) acc[r][tt] = 0.0f;
+    for (int i = lane; i < loads; i += WARP) {
+        float wv[R][C];
+#pragma unroll
+        for (int r = 0; r < R; r++) load_dense<FORMAT>(trow[r], i, wv[r]);
+#pragma unroll
+        for (int tt = 0; tt < MAXT; tt++) {
+            if (tt >= tcount) break;
+            float xv[C];
+            load_x<C>(x + (size_t)(t0 + tt) * k + C * i, xv);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float v = wv[r][0] * xv[0];
+#pragma unroll
+                for (int c = 1; c < C; c++) v = __fmaf_rn(wv[r][c], xv[c], v);
+                acc[r][tt] += v;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (row0 + r >= n) break;  // warp-uniform
+#pragma unroll
+        for (int tt = 0; tt < MAXT; tt++) {
+            if (tt >= tcount) break;
+            const float total = warp_sum(acc[r][tt]);
+            if (lane == 0) y[(size_t)(t0 + tt) * n + row0 + r] = total;
+        }
+    }
+}
+extern "C" __global__ void matmul_dense_f16_r4(const uint4* __restrict__ table,
+                                               const float* __restrict__ x, float* __restrict__ y,
+                                               int n, int k, int loads, int t_total) {
+    matmul_dense_rows_body<F16x8, 4>(table, x, y, n, k, loads, t_total);
+}
+extern "C" __global__ void matmul_dense_bf16_r4(const uint4* __restrict__ table,
+                                                const float* __restrict__ x, float* __restrict__ y,
+                                                int n, int k, int loads, int t_total) {
+    matmul_dense_rows_body<BF16x8, 4>(table, x, y, n, k, loads, t_total);
+}
+extern "C" __global__ void matmul_dense_f32_r4(const float* __restrict__ table,
+                                               const float* __restrict__ x, float* __restrict__ y,
+                                               int n, int k, int t_total) {
+    matmul_dense_rows_body<float, 4>(table, x, y, n, k, k, t_total);
 }
 
 // RMSNorm over rows of d: one block per row.
