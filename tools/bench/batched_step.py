@@ -22,6 +22,11 @@ after every round; ``--no-probe`` skips it): the step's ternary matmuls are
 attention and the rest of the step free; ``batch_gemm_frac_of_peak`` is
 the whole step's MAC rate as a fraction of the peak (a lower bound on the
 GEMM's own).
+
+Where the runner times its ops (the fused CPU runner: ``time_ops``), each round
+also has ``decode_ops_ms`` and ``batch_ops_ms``: ms a step by op (the ternary
+matmuls, attention, the head, norms and quantization, ...), so the parts of a
+batched step can be set against one decode step's.
 """
 
 from __future__ import annotations
@@ -71,6 +76,23 @@ def submissions(model) -> int:
     return int(getattr(trace, "submissions", 0))
 
 
+def timed_steps(model, steps: int, step) -> tuple[float, float, int, dict[str, float]]:
+    """``steps`` calls of ``step``: seconds and main-thread CPU seconds a step, API
+    submissions, and ms a step by op where the runner times its ops (else empty)."""
+    runner = model.runner
+    timing = getattr(runner, "time_ops", None) is not None and runner.time_ops(True)
+    t0, h0, s0 = time.perf_counter(), time.thread_time(), submissions(model)
+    for _ in range(steps):
+        step()
+    wall, host = (time.perf_counter() - t0) / steps, (time.thread_time() - h0) / steps
+    subs = submissions(model) - s0
+    ops: dict[str, float] = {}
+    if timing:
+        ops = {k: v * 1e3 / steps for k, v in runner.op_times().items() if k != "passes"}
+        runner.time_ops(False)
+    return wall, host, subs, ops
+
+
 def one_round(model, streams: int, steps: int, context: int) -> dict:
     b = model.runner
     rng = np.random.default_rng(0)
@@ -79,16 +101,12 @@ def one_round(model, streams: int, steps: int, context: int) -> dict:
     try:
         for s in seqs:
             b.forward(rng.integers(0, vocab, size=context), s)
-        t0, h0, s0 = time.perf_counter(), time.thread_time(), submissions(model)
-        for _ in range(steps):
-            b.forward([int(rng.integers(vocab))], seqs[0])
-        decode = (time.perf_counter() - t0) / steps
-        decode_host, decode_subs = (time.thread_time() - h0) / steps, submissions(model) - s0
-        t0, h0, s0 = time.perf_counter(), time.thread_time(), submissions(model)
-        for _ in range(steps):
-            b.forward_batch([([int(rng.integers(vocab))], s) for s in seqs])
-        batch = (time.perf_counter() - t0) / steps
-        batch_host, batch_subs = (time.thread_time() - h0) / steps, submissions(model) - s0
+        decode, decode_host, decode_subs, decode_ops = timed_steps(
+            model, steps, lambda: b.forward([int(rng.integers(vocab))], seqs[0])
+        )
+        batch, batch_host, batch_subs, batch_ops = timed_steps(
+            model, steps, lambda: b.forward_batch([([int(rng.integers(vocab))], s) for s in seqs])
+        )
         with b.new_cache() as p:
             b.forward(rng.integers(0, vocab, size=context), p)
             t0 = time.perf_counter()
@@ -107,6 +125,7 @@ def one_round(model, streams: int, steps: int, context: int) -> dict:
         "batch_host_ms_per_step": batch_host * 1e3,
         "decode_submissions_per_step": decode_subs / steps,
         "batch_submissions_per_step": batch_subs / steps,
+        **({"decode_ops_ms": decode_ops, "batch_ops_ms": batch_ops} if batch_ops else {}),
     }
 
 
@@ -141,7 +160,14 @@ def main(argv: list[str] | None = None) -> int:
                 r.update(against_peak(r, args.streams, macs, float(peak["gmacs"])))
         r["load_average"] = os.getloadavg()[0]
         rounds.append(r)
-    median = {k: statistics.median(r[k] for r in rounds) for k in rounds[0] if k in rounds[-1]}
+    median = {
+        k: statistics.median(r[k] for r in rounds)
+        for k in rounds[0]
+        if k in rounds[-1] and not isinstance(rounds[0][k], dict)
+    }
+    for key in ("decode_ops_ms", "batch_ops_ms"):
+        if key in rounds[0]:
+            median[key] = {op: statistics.median(r[key][op] for r in rounds) for op in rounds[0][key]}
     out = {
         "provider": model.provider.name,
         "streams": args.streams,

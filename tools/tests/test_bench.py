@@ -226,6 +226,12 @@ def test_batched_step_small_run(capsys, tmp_path):
         assert r["ratio_ceiling"] == pytest.approx(3 * r["decode_step_ms"] / 1e3 / floor)
         assert r["batch_gemm_frac_of_peak"] == pytest.approx(floor * 1e3 / r["batch_step_ms"])
         assert r["batch_vs_decode"] == pytest.approx(r["batch_aggregate_tok_s"] / r["decode_tok_s"])
+        # the fused CPU runner times its ops: their sum is within the step's wall time
+        for kind, step_ms in (("decode", r["decode_step_ms"]), ("batch", r["batch_step_ms"])):
+            ops = r[f"{kind}_ops_ms"]
+            assert {"ternary_qkv", "attention", "ternary_down", "head"} <= set(ops)
+            assert ops["ternary_gate_up"] > 0 and 0 < sum(ops.values()) <= step_ms
+    assert set(report["median"]["batch_ops_ms"]) == set(report["rounds"][0]["batch_ops_ms"])
     assert bench.main([*argv, "--rounds", "1", "--no-probe"]) == 0
     (plain,) = json.loads(capsys.readouterr().out)["rounds"]
     assert "ratio_ceiling" not in plain and plain["batch_aggregate_tok_s"] > 0
