@@ -167,7 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     for key in ("decode_ops_ms", "batch_ops_ms"):
         if key in rounds[0]:
-            median[key] = {op: statistics.median(r[key][op] for r in rounds) for op in rounds[0][key]}
+            median[key] = {
+                op: statistics.median(r[key][op] for r in rounds) for op in rounds[0][key]
+            }
     out = {
         "provider": model.provider.name,
         "streams": args.streams,
