@@ -37,6 +37,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +77,9 @@ def submissions(model) -> int:
     return int(getattr(trace, "submissions", 0))
 
 
-def timed_steps(model, steps: int, step) -> tuple[float, float, int, dict[str, float]]:
+def timed_steps(
+    model, steps: int, step: Callable[[], object]
+) -> tuple[float, float, int, dict[str, float]]:
     """``steps`` calls of ``step``: seconds and main-thread CPU seconds a step, API
     submissions, and ms a step by op where the runner times its ops (else empty)."""
     runner = model.runner
