@@ -5,7 +5,7 @@
    (q,k,v 3840x2560, o 2560x2560, gate,up 13824x2560, down 2560x6912) at
    1, 4, 8 and 16 tokens, and of the float16 head (128256x2560) at 1 and 8
    (the kernels the runner launches, from 2 tokens the multi-row ``_r4`` ones,
-   and beside those the one-row kernels and ``matmul_i2s_r2``): each kernel
+   and beside each the other rows a warp: one-row, ``_r2``, ``_r4``): each kernel
    captured ``GRAPH_LAUNCHES`` times into a CUDA graph and replayed, so no
    host time is in them (timing the provider's op per call measures Python's
    dispatch, 30-50 us, not the GPU); weight bytes / time as a fraction of (1);
@@ -102,9 +102,10 @@ def kernel_times(
 ) -> list[dict]:
     """The ternary matmul kernels of ``shapes`` at ``tokens`` tokens and the float16 head
     at 1 and 8 tokens, timed from CUDA graphs (``graph_seconds``): first the kernel the
-    runner launches, then, where the dp4a tiles run 2+ tokens, the other rows a warp."""
+    runner launches, then the dp4a tiles of the other rows a warp (1, 2, 4) and the head's
+    other kernel, so one run says which would be faster at each token count."""
     from bitnet_core.hal.weights import TernaryWeight
-    from bitnet_cuda.provider import I2S_ROWS, MMA_MIN_TOKENS
+    from bitnet_cuda.provider import DENSE_ROWS, I2S_ROWS, MMA_MIN_TOKENS
 
     rng = np.random.default_rng(0)
     out = []
@@ -124,8 +125,8 @@ def kernel_times(
             y = cp.empty((t, n), dtype=np.float32)
             row = {"name": name, "shape": [n, k], "tokens": t, "weight_bytes": nbytes}
             mma = t >= MMA_MIN_TOKENS and provider.tensor_cores  # launch_i2s's choice
-            others = [r for r in (4, 2, 1) if r != I2S_ROWS] if t >= 2 and not mma else []
-            for per_warp in (None, *others):
+            chosen = None if mma else (I2S_ROWS if t >= 2 else 1)
+            for per_warp in (None, *(r for r in (4, 2, 1) if r != chosen)):
 
                 def launch(w=w, xq=xq, xs=xs, y=y, t=t, per_warp=per_warp):
                     args = (w.words, w.scales, xq.data, xs, xq.xsum, y, t)
@@ -140,7 +141,7 @@ def kernel_times(
         y = cp.empty((t, head[0]), dtype=np.float32)
         row = {"name": "head", "shape": list(head), "tokens": t}
         row["weight_bytes"] = head_table.data.nbytes
-        for per_warp in (None, 1) if t >= 2 else (None,):
+        for per_warp in (None, 1 if t >= 2 else DENSE_ROWS):
 
             def launch_head(x=x, y=y, t=t, per_warp=per_warp):
                 return provider.launch_dense(head_table, x, y, t, per_warp)

@@ -415,12 +415,18 @@ def test_bench_times_the_kernels_from_a_graph_and_computes_their_products() -> N
         p, p.cp, repeat=2, shapes={"o": (40, 96)}, tokens=(1, 3, 16), head=(50, 72), launches=2
     )
     assert [(r["kernel"], r["name"], r["tokens"]) for r in rows] == [
-        ("matmul_i2s", "o", 1),
-        ("matmul_i2s_r4", "o", 3),  # what the runner launches, then the other rows a warp
+        ("matmul_i2s", "o", 1),  # what the runner launches, then the other rows a warp
+        ("matmul_i2s_r4", "o", 1),
+        ("matmul_i2s_r2", "o", 1),
+        ("matmul_i2s_r4", "o", 3),
         ("matmul_i2s_r2", "o", 3),
         ("matmul_i2s", "o", 3),
         ("matmul_i2s_mma", "o", 16),  # the tensor cores from MMA_MIN_TOKENS
+        ("matmul_i2s_r4", "o", 16),
+        ("matmul_i2s_r2", "o", 16),
+        ("matmul_i2s", "o", 16),
         ("matmul_dense_f16", "head", 1),
+        ("matmul_dense_f16_r4", "head", 1),
         ("matmul_dense_f16_r4", "head", 8),
         ("matmul_dense_f16", "head", 8),
     ]
