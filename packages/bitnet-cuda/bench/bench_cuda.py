@@ -264,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     kernels = kernel_times(provider, cp, args.repeat)
     for g in kernels:
         g["fraction_of_copy"] = g["bandwidth"] / bw
+        print(f"{g['name']:>8} T={g['tokens']:<3} {g['kernel']:<22} {g['seconds'] * 1e6:9.1f} us"
+              f"  {g['fraction_of_copy']:6.1%} of copy", file=sys.stderr)  # fmt: skip
     dec = decode_tokens_per_s(provider, args.layers, args.tokens)
     floor = dec["weight_bytes"] / bw
     torch_s = torch_bf16_decode(args.layers, args.repeat)
