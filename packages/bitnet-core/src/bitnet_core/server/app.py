@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import threading
 import time
@@ -28,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from .._version import __version__
 from ..errors import BitnetError, ConfigError, ContextLengthError
 from ..model.processors import LogprobRecorder
+from .auth import ApiKeyAuth
 from .limits import BodyLimit
 from .logprobs import chat_logprobs, completion_logprobs
 from .metrics import Latencies, render_metrics
@@ -81,6 +81,7 @@ def create_app(
     app.state.scheduler = scheduler
     latencies = Latencies()
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(ApiKeyAuth, api_key=api_key)  # outermost: before the body is read
     started = time.time()
     kv = getattr(getattr(model, "runner", None), "kv", None)
     context = int(getattr(kv, "max_seq_len", 0) or model.config.context_length)
@@ -104,21 +105,6 @@ def create_app(
         return JSONResponse(
             error_body(str(exc.detail), code=str(exc.status_code)), status_code=exc.status_code
         )
-
-    @app.middleware("http")
-    async def _auth(request: Request, call_next):
-        request.state.arrived = time.perf_counter()  # time to first token counts from here
-        if api_key and request.url.path.startswith("/v1/"):
-            given = request.headers.get("authorization", "")
-            token = given[7:] if given.lower().startswith("bearer ") else ""
-            if not hmac.compare_digest(token.encode(), api_key.encode()):
-                return JSONResponse(
-                    error_body(
-                        "invalid or missing API key", "authentication_error", code="invalid_api_key"
-                    ),
-                    status_code=401,
-                )
-        return await call_next(request)
 
     # --- helpers --------------------------------------------------------------------
     def check_model(req: _Sampling) -> None:
