@@ -238,7 +238,17 @@ def check_in_child(name: str, args: argparse.Namespace) -> dict[str, Any]:
         return json.loads(part.read_text())
     why = (f"timed out after {args.timeout} s" if seconds >= args.timeout
            else f"exited with {child.returncode} before writing its receipt")  # fmt: skip
-    return {"status": "failed", "error": why, "log_tail": text[-4000:], "seconds": seconds}
+    return {"status": "failed", "error": why, "log_tail": _log_tail(text), "seconds": seconds}
+
+
+def _log_tail(text: str, limit: int = 4000) -> str:
+    """The end of a child's log; after a timeout, the watchdog's dump from its header on,
+    its middle cut when long (a deep stack alone can outgrow ``limit``)."""
+    start = text.rfind("Timeout (")
+    tail = text[start:] if start >= 0 else text[-limit:]
+    if len(tail) <= limit:
+        return tail
+    return tail[: limit // 2] + "\n[...]\n" + tail[-limit // 2 :]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,7 @@ on the CPU devices that emulate a GPU API (lavapipe), with time limits too short
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -45,6 +46,22 @@ def test_a_provider_past_its_time_is_stopped_with_its_stack_and_the_next_still_r
         assert "(most recent call first):" in entry["log_tail"]  # the threads' stacks
         assert (tmp_path / f"smoke-{name}.log").exists()
     assert elapsed < 60  # both stopped: the whole conformance kit takes far longer here
+
+
+def test_the_log_tail_of_a_timeout_keeps_the_watchdog_header_over_a_deep_stack():
+    """A stack deeper than the tail's budget (a parser's recursion) still leaves the
+    watchdog's header and the innermost and outermost frames in the receipt."""
+    spec = importlib.util.spec_from_file_location("gpu_smoke", ROOT / "ci" / "gpu_smoke.py")
+    smoke = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(smoke)
+    frames = "".join(f'  File "parser.py", line {i} in _parse\n' for i in range(400))
+    text = "ok op 1\n" * 50 + "Timeout (0:00:02)!\nThread 0x1 (most recent call first):\n"
+    tail = smoke._log_tail(text + frames + '  File "gpu_smoke.py", line 314 in <module>\n')
+    assert len(tail) < 4100
+    assert tail.startswith("Timeout (0:00:02)!\nThread 0x1 (most recent call first):")
+    assert tail.endswith("line 314 in <module>\n") and "[...]" in tail
+    assert smoke._log_tail("short log\n") == "short log\n"  # no timeout: the tail as it is
+    assert smoke._log_tail("x" * 5000) == "x" * 4000
 
 
 def test_gpu_bench_ends_inside_its_budget_with_every_stage_accounted_for(tmp_path):
