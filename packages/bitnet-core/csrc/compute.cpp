@@ -99,8 +99,11 @@ void Compute::ternary(const TernaryOut *outs, int n, const int8_t *xq, int64_t x
     }
     const int64_t rows = job.first[n];
     // prefill chunks are long (every token of the sub-batch): more of them, less
-    // waiting for the last one
-    parallel_for(rows, chunk(rows, T > 1 ? threads_ * 4 : threads_, 16), threads_, &TernaryJob::run, &job);
+    // waiting for the last one. Up to 16 tokens (decode, the server's batched
+    // steps) a chunk is short, and 4x as many cost more in claims and cold
+    // prefetch starts than they save: 8 tokens, 2 threads, 1536x1536 -16%
+    // (docs/CPU_KERNELS.md)
+    parallel_for(rows, chunk(rows, T > 16 ? threads_ * 4 : threads_, 16), threads_, &TernaryJob::run, &job);
 }
 
 uint64_t Compute::sum_bytes(const uint8_t *p, int64_t n) const {
