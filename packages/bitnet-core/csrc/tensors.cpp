@@ -11,14 +11,6 @@
 
 namespace bitnet {
 
-Buffer aligned_buffer(size_t n) {
-    size_t size = (n + 63) / 64 * 64;
-    void *p = std::aligned_alloc(64, size ? size : 64);
-    if (!p) throw std::bad_alloc();
-    std::memset(p, 0, size ? size : 64);
-    return Buffer(static_cast<uint8_t *>(p));
-}
-
 float half_bits_to_float(uint16_t h) {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16, e = (h >> 10) & 0x1f, man = h & 0x3ff;
     uint32_t bits;
@@ -49,7 +41,8 @@ py::array half_or_float(py::array a, bool &f16) {
     return CArray<float>::ensure(a);
 }
 
-// llama.cpp TQ2_0 bytes used in place (no copy): same bit layout as i2_128
+// llama.cpp TQ2_0 bytes, copied as they are into huge-page memory (or used in
+// place where there is none: no copy): same bit layout as i2_128
 // inside 66-byte blocks. The scales follow the reference codec's rule: one
 // per row, from the blocks with a non-zero scale and a non-zero code, which
 // must all agree. Raises ValueError where the bytes cannot be used as they
@@ -69,12 +62,18 @@ std::shared_ptr<TernaryMatrix> TernaryMatrix::from_tq2_0(py::array raw, int64_t 
     m->cols = cols;
     m->kp = cols;
     m->row_bytes = row_bytes;
-    m->keep = bytes;
-    m->ptr = bytes.data();
+    if (huge_page_weights()) {  // a copy in huge pages: decode reads it per token, see weight_arena.h
+        m->data = weight_buffer(m->nbytes());
+        m->ptr = m->data.get();
+    } else {
+        m->keep = bytes;
+        m->ptr = bytes.data();
+    }
     m->scales.assign(rows, 0.0f);
     std::string err;
     {
         py::gil_scoped_release nogil;
+        if (m->data) std::memcpy(m->data.get(), bytes.data(), m->nbytes());
         for (int64_t r = 0; r < rows && err.empty(); ++r) {
             const uint8_t *row = m->ptr + r * row_bytes;
             bool have = false;
@@ -126,7 +125,7 @@ std::shared_ptr<TernaryMatrix> TernaryMatrix::from_codes(CArray<int8_t> codes, C
     } else {
         throw std::invalid_argument("unknown ternary layout '" + layout + "' (i2_128, tq1_160)");
     }
-    m->data = aligned_buffer(m->nbytes());
+    m->data = weight_buffer(m->nbytes());
     m->ptr = m->data.get();
     m->scales.assign(scales.data(), scales.data() + m->rows);
     const int8_t *c = codes.data();
@@ -202,7 +201,7 @@ std::shared_ptr<DenseI8> dense_i8_empty(int64_t rows, int64_t cols) {
     d->rows = rows;
     d->cols = cols;
     d->stride = round_up(std::max<int64_t>(cols, 1), 32);
-    d->data = aligned_buffer(d->nbytes());
+    d->data = weight_buffer(d->nbytes());
     d->scales.assign(rows, 1.0f);
     d->l1.assign(rows, 0);
     d->qnorm.assign(rows, 0.0f);
@@ -274,12 +273,25 @@ std::shared_ptr<DenseI8> dense_i8_from(py::array table) {
 }
 
 void register_tensors(py::module_ &m) {
+    m.def("huge_page_weights", &huge_page_weights,
+          "Whether weights are copied into huge-page memory (Linux; BITNET_CPU_HUGE_PAGES=0: no).");
+    m.def("weight_arena_stats", [] {
+        const ArenaStats s = weight_arena_stats();
+        return py::dict(py::arg("live_bytes") = s.live_bytes, py::arg("segment_bytes") = s.segment_bytes,
+                        py::arg("segments") = s.segments);
+    }, "Bytes of huge-page weight memory in use, and of the segments that hold them.");
     py::class_<TernaryMatrix, std::shared_ptr<TernaryMatrix>>(m, "TernaryMatrix",
-        "A ternary weight packed for the CPU kernels (i2_128, tq1_160, or TQ2_0 bytes in place).")
+        "A ternary weight packed for the CPU kernels (i2_128, tq1_160, or TQ2_0 bytes).")
         .def_static("from_codes", &TernaryMatrix::from_codes, py::arg("codes"), py::arg("scales"),
                     py::arg("layout") = "i2_128", py::arg("name") = "weight")
         .def_static("from_tq2_0", &TernaryMatrix::from_tq2_0, py::arg("raw"), py::arg("rows"), py::arg("cols"),
-                    py::arg("name") = "weight", "Use llama.cpp TQ2_0 bytes in place (kept alive, not copied).")
+                    py::arg("name") = "weight",
+                    "llama.cpp TQ2_0 bytes as they are: copied into huge-page memory, or used in place "
+                    "(kept alive, not copied) where weights do not go there (huge_page_weights()).")
+        .def_property_readonly("in_place", [](const TernaryMatrix &w) { return !w.data; },
+                               "True if the matrix reads the bytes it was made from (TQ2_0 in place).")
+        .def_property_readonly("address", [](const TernaryMatrix &w) { return reinterpret_cast<uintptr_t>(w.ptr); },
+                               "Where its packed bytes start (diagnostics: which mapping holds them).")
         .def_readonly("name", &TernaryMatrix::name)
         .def_readonly("layout", &TernaryMatrix::layout)
         .def_readonly("rows", &TernaryMatrix::rows)

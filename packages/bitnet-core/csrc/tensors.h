@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "weight_arena.h"
 
 namespace bitnet {
 
@@ -20,23 +21,16 @@ namespace py = pybind11;
 template <typename T>
 using CArray = py::array_t<T, py::array::c_style | py::array::forcecast>;
 
-struct FreeDeleter {
-    void operator()(void *p) const { std::free(p); }
-};
-using Buffer = std::unique_ptr<uint8_t[], FreeDeleter>;
-
-// n bytes, 64-byte aligned, zeroed (throws std::bad_alloc)
-Buffer aligned_buffer(size_t n);
-
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 // A ternary weight [rows, cols] packed for the kernels: our own copy in the
-// i2_128 or tq1_160 layout, or llama.cpp TQ2_0 bytes used in place.
+// i2_128 or tq1_160 layout, or llama.cpp TQ2_0 bytes (copied as they are, or
+// used in place where weights do not go to huge pages).
 struct TernaryMatrix {
     std::string name, layout;
     int64_t rows = 0, cols = 0, kp = 0, row_bytes = 0;
-    Buffer data;               // our packed copy (i2_128, tq1_160)
-    py::object keep;           // or the file's bytes (tq2_0), kept alive here
+    Buffer data;               // our copy (weight_buffer)
+    py::object keep;           // or the file's bytes (tq2_0 in place), kept alive here
     const uint8_t *ptr = nullptr;
     std::vector<float> scales;
 

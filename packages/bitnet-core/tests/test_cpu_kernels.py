@@ -101,12 +101,13 @@ def _tq2_weight(rng, n: int, k: int) -> TernaryWeight:
     ],
     ids=str,
 )
-def test_tq2_0_used_in_place(prov, shape):
+def test_tq2_0_bytes_kept_as_they_are(prov, shape):
     t, k, n = shape
     rng = np.random.default_rng(k + n)
     w = _tq2_weight(rng, n, k)
     nat_w = prov.load_ternary(w)
-    assert nat_w.layout == "tq2_0" and nat_w.nbytes == w.raw.nbytes  # the file's bytes, no copy
+    assert nat_w.layout == "tq2_0" and nat_w.nbytes == w.raw.nbytes  # not repacked
+    assert nat_w.in_place == (not prov.native_module().huge_page_weights())  # copied to huge pages
     np.testing.assert_array_equal(nat_w.codes(), w.codes())
     np.testing.assert_array_equal(nat_w.scales, w.scales())
     ref_w = REF.load_ternary(w)

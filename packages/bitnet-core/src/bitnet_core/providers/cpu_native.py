@@ -11,9 +11,15 @@ Settings (environment, or the constructor / ``set_threads``):
 - ``BITNET_THREADS``: threads per kernel (default: the CPUs this process may
   use, from ``sched_getaffinity``);
 - ``BITNET_CPU_LAYOUT``: ternary layout: ``auto`` (the default: llama.cpp
-  TQ2_0 tensors are used in place, zero-copy, other formats are repacked to
+  TQ2_0 tensors keep their bytes as they are, other formats are repacked to
   ``i2_128``), ``i2_128`` (2 bits a weight) or ``tq1_160`` (1.6 bits a weight:
   20% fewer bytes, more decode work);
+- ``BITNET_CPU_HUGE_PAGES``: the packed weights (TQ2_0 bytes copied from the
+  file's mapping too) live in memory advised as transparent huge pages
+  (Linux; read once per process): a decode step, which reads every weight,
+  misses the TLB once per 2 MiB instead of per 4 KiB page. ``0``: plain
+  memory, and TQ2_0 tensors used in place from the file's mapping (zero-copy:
+  processes that load one file share its page cache);
 - ``BITNET_CPU_INT8_HEAD``: the output head (``matmul_dense``). ``checked``:
   an int8 copy of the table with per-row scales (half the bytes of float16),
   then every row whose error bound says it could hold a token's largest logit
@@ -42,6 +48,7 @@ from __future__ import annotations
 
 import os
 import platform
+import weakref
 from typing import Any
 
 import numpy as np
@@ -163,7 +170,8 @@ class NativeCpuProvider(ReferenceProvider):
         self._layout = layout
         self._int8_head = int8_head  # True, False, "checked", "auto", or None: the environment
         self._kernels: Any = None
-        self._i8_tables: dict[int, tuple[np.ndarray, Any]] = {}
+        # id(table) -> (a reference to the table, its int8 copy); the entry goes with the table
+        self._i8_tables: dict[int, tuple[Any, Any]] = {}
 
     # --- settings -----------------------------------------------------------
     @property
@@ -245,10 +253,14 @@ class NativeCpuProvider(ReferenceProvider):
         mod = self.native_module()
         layout = self.layout
         if layout == "auto" and weight.format == "tq2_0":
-            try:  # the file's bytes in place: no copy, no repacking
-                return mod.TernaryMatrix.from_tq2_0(
+            try:  # the file's bytes as they are, no repacking: copied into huge pages
+                # (their file pages then let go) or, where there are none, used in place
+                matrix = mod.TernaryMatrix.from_tq2_0(
                     weight.raw, weight.rows, weight.cols, weight.name
                 )
+                if not matrix.in_place:
+                    release_file_pages(np.asarray(weight.raw))
+                return matrix
             except ValueError:
                 pass  # unusual data (e.g. zero-scale blocks with codes): the codec decides
         codes, scales = weight.unpack()
@@ -305,8 +317,9 @@ class NativeCpuProvider(ReferenceProvider):
         or its int8 copy."""
         if (mode or self.head_mode_for(table)) == "exact":
             return np.asarray(table)
-        hit = self._i8_tables.get(id(table))
-        if hit is not None and hit[0] is table:
+        key = id(table)
+        hit = self._i8_tables.get(key)
+        if hit is not None and hit[0]() is table:
             return hit[1]
         arr = np.asarray(table)
         dense = self.native_module().DenseI8.empty(*arr.shape)
@@ -316,7 +329,12 @@ class NativeCpuProvider(ReferenceProvider):
         for start in range(0, arr.shape[0], _I8_BLOCK_ROWS):
             dense.fill_rows(start, arr[start : start + _I8_BLOCK_ROWS])
             release_file_pages(arr[: start + _I8_BLOCK_ROWS])
-        self._i8_tables[id(table)] = (table, dense)  # keeps `table` alive: its id stays unique
+        tables = self._i8_tables
+        try:  # dropped with the table, so a model let go frees its int8 head
+            ref: Any = weakref.ref(table, lambda _: tables.pop(key, None))
+        except TypeError:  # not weakly referable: kept alive, so its id stays unique
+            ref = lambda table=table: table  # noqa: E731
+        tables[key] = (ref, dense)
         return dense
 
     # --- the fused runner --------------------------------------------------------
