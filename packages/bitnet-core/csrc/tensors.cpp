@@ -4,6 +4,7 @@
 #include "threadpool.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -41,6 +42,35 @@ py::array half_or_float(py::array a, bool &f16) {
     return CArray<float>::ensure(a);
 }
 
+namespace {
+// One TQ2_0 row's scale (the codec's rule, see from_tq2_0), or err set to 1 (a
+// code 3), 2 (a zero-scale block with non-zero codes) or 3 (differing scales).
+float tq2_row_scale(const uint8_t *row, int64_t nblocks, int &err) {
+    bool have = false;
+    float scale = 0.0f;
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+        const uint8_t *b = row + blk * kTQ2BlockBytes;
+        bool live = false;
+        for (int j = 0; j < 64; ++j) {
+            uint8_t q = b[j];
+            // a 2-bit field of 3 is not ternary; 1 is a zero weight
+            if (((q & 0x55) & ((q >> 1) & 0x55)) != 0) err = 1;
+            if (q != 0x55) live = true;
+        }
+        const float d = half_bits_to_float(static_cast<uint16_t>(b[64] | (b[65] << 8)));
+        if (d == 0.0f) {
+            if (live) err = 2;
+            continue;
+        }
+        if (!live) continue;
+        if (have && d != scale) err = 3;
+        have = true;
+        scale = d;
+    }
+    return scale;
+}
+}  // namespace
+
 // llama.cpp TQ2_0 bytes, copied as they are into huge-page memory (or used in
 // place where there is none: no copy): same bit layout as i2_128
 // inside 66-byte blocks. The scales follow the reference codec's rule: one
@@ -70,38 +100,33 @@ std::shared_ptr<TernaryMatrix> TernaryMatrix::from_tq2_0(py::array raw, int64_t 
         m->ptr = bytes.data();
     }
     m->scales.assign(rows, 0.0f);
-    std::string err;
+    // rows in parallel: a 2B model's 0.5 GB is copied and read here at load
+    struct Ctx {
+        const uint8_t *src;
+        TernaryMatrix *m;
+        std::atomic<int> err{0};
+    } ctx{bytes.data(), m.get()};
     {
         py::gil_scoped_release nogil;
-        if (m->data) std::memcpy(m->data.get(), bytes.data(), m->nbytes());
-        for (int64_t r = 0; r < rows && err.empty(); ++r) {
-            const uint8_t *row = m->ptr + r * row_bytes;
-            bool have = false;
-            float scale = 0.0f;
-            for (int64_t blk = 0; blk < cols / 256; ++blk) {
-                const uint8_t *b = row + blk * kTQ2BlockBytes;
-                bool live = false;
-                for (int j = 0; j < 64; ++j) {
-                    uint8_t q = b[j];
-                    // a 2-bit field of 3 is not ternary; 1 is a zero weight
-                    if (((q & 0x55) & ((q >> 1) & 0x55)) != 0) err = "code 3";
-                    if (q != 0x55) live = true;
-                }
-                uint16_t h = static_cast<uint16_t>(b[64] | (b[65] << 8));
-                float d = half_bits_to_float(h);
-                if (d == 0.0f) {
-                    if (live) err = "a zero-scale block with non-zero codes";
-                    continue;
-                }
-                if (!live) continue;
-                if (have && d != scale) err = "rows with more than one scale";
-                have = true;
-                scale = d;
+        parallel_for(rows, 64, 0, [](void *c, int64_t r0, int64_t r1) {
+            auto *x = static_cast<Ctx *>(c);
+            TernaryMatrix &w = *x->m;
+            if (w.data)
+                std::memcpy(w.data.get() + r0 * w.row_bytes, x->src + r0 * w.row_bytes,
+                            static_cast<size_t>((r1 - r0) * w.row_bytes));
+            for (int64_t r = r0; r < r1 && !x->err.load(std::memory_order_relaxed); ++r) {
+                int e = 0;
+                w.scales[r] = tq2_row_scale(w.ptr + r * w.row_bytes, w.cols / 256, e);
+                int none = 0;
+                if (e) x->err.compare_exchange_strong(none, e);
             }
-            m->scales[r] = scale;
-        }
+        }, &ctx);
     }
-    if (!err.empty()) throw std::invalid_argument(name + ": TQ2_0 data not usable in place (" + err + ")");
+    if (const int e = ctx.err.load()) {
+        static const char *const why[] = {"", "code 3", "a zero-scale block with non-zero codes",
+                                          "rows with more than one scale"};
+        throw std::invalid_argument(name + ": TQ2_0 data not usable in place (" + why[e] + ")");
+    }
     return m;
 }
 

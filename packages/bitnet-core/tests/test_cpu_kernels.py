@@ -145,6 +145,38 @@ def test_matmul_i2s_extreme_sums(prov, layout, code, xval, t):
     np.testing.assert_array_equal(got, np.full((t, n), float(code * xval * k), np.float32))
 
 
+@pytest.mark.parametrize(
+    "where,why",
+    [
+        ((0, 1), "code 3"),  # byte 0 of row 0's second block: its first field 0b11
+        ((199, 1), "code 3"),  # the last row, second block: a later chunk of rows
+        ((130, "scale0"), "a zero-scale block with non-zero codes"),
+        ((71, "scale2"), "rows with more than one scale"),
+    ],
+    ids=str,
+)
+def test_tq2_0_rows_checked_in_every_chunk(prov, where, why):
+    """from_tq2_0 copies and checks rows in parallel chunks of 64: a bad block in any
+    row is found (then the codec decides), and a good matrix equals the codec's."""
+    rng = np.random.default_rng(11)
+    w = _tq2_weight(rng, 200, 512)
+    mod = prov.native_module()
+    good = mod.TernaryMatrix.from_tq2_0(w.raw, 200, 512, "w")
+    np.testing.assert_array_equal(good.codes(), w.codes())
+    np.testing.assert_array_equal(good.scales, w.scales())
+    raw = np.array(w.raw, dtype=np.uint8).reshape(200, 2 * 66)
+    row, what = where
+    if what == "scale0":  # a live block's scale set to 0
+        raw[row, 64:66] = 0
+    elif what == "scale2":  # the second block's scale differs from the first's
+        raw[row, 66 : 66 + 64] = 0x56  # live codes (a +1 in each byte's first field)
+        raw[row, 66 + 64 : 66 + 66] = np.frombuffer(np.float16(0.123).tobytes(), np.uint8)
+    else:
+        raw[row, what * 66] = 0x57  # fields 3, 1, 1, 1
+    with pytest.raises(ValueError, match=why):
+        mod.TernaryMatrix.from_tq2_0(raw.reshape(-1), 200, 512, "w")
+
+
 def test_tq2_0_unusual_blocks_go_through_the_codec(prov):
     rng = np.random.default_rng(5)
     w = _tq2_weight(rng, 4, 512)
