@@ -23,14 +23,6 @@ namespace {
 constexpr size_t kHuge = size_t{2} << 20;
 constexpr size_t kSegment = size_t{32} << 20;
 constexpr size_t kAlign = 64;
-
-bool huge_pages_wanted() {
-    static const bool on = [] {
-        const char *env = std::getenv("BITNET_CPU_HUGE_PAGES");
-        return !(env && std::string(env) == "0");
-    }();
-    return on;
-}
 }  // namespace
 
 struct Segment {
@@ -96,7 +88,7 @@ Buffer aligned_buffer(size_t n) {
 
 Buffer weight_buffer(size_t n) {
 #if defined(__linux__)
-    if (!huge_pages_wanted()) return aligned_buffer(n);
+    if (!huge_page_weights()) return aligned_buffer(n);
     const size_t size = std::max(kAlign, (n + kAlign - 1) / kAlign * kAlign);
     std::lock_guard<std::mutex> lk(arena_mu);
     if (!current || current->size - current->used < size) {
@@ -117,7 +109,11 @@ Buffer weight_buffer(size_t n) {
 
 bool huge_page_weights() {
 #if defined(__linux__)
-    return huge_pages_wanted();
+    static const bool on = [] {
+        const char *env = std::getenv("BITNET_CPU_HUGE_PAGES");
+        return !(env && std::string(env) == "0");
+    }();
+    return on;
 #else
     return false;
 #endif

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from memory_maps import mapping_of
 from native_cpu import available_providers
 
 from bitnet_core.config import BitNetConfig
@@ -153,16 +154,10 @@ def test_no_progress_bar_no_tqdm_import(gguf):
 
 def _thp_eligible(addr: int) -> bool | None:
     """The kernel's THPeligible flag of the mapping holding ``addr`` (None: not reported)."""
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= addr < hi
-            elif inside and head == "THPeligible:":
-                return line.split()[1] == "1"
-    return None
+    found = mapping_of(addr)
+    if found is None or "THPeligible" not in found[2]:
+        return None
+    return found[2]["THPeligible"] == "1"
 
 
 @linux

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from memory_maps import mapping_of
 from native_cpu import available_providers
 
 from bitnet_core.config import BitNetConfig
@@ -26,24 +27,6 @@ def _native():
     if not provs:
         pytest.skip("no native CPU provider here")
     return provs[0]
-
-
-def _mapping_of(address: int) -> dict[str, str]:
-    """The /proc/self/smaps fields of the mapping that holds ``address``."""
-    fields: dict[str, str] = {}
-    inside = False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()[0]
-        if "-" in head and ":" not in head:  # a mapping's first line: start-end perms ...
-            lo, hi = (int(v, 16) for v in head.split("-"))
-            if inside:
-                break
-            inside = lo <= address < hi
-            fields = {"start": str(lo), "end": str(hi)}
-        elif inside:
-            key, _, value = line.partition(":")
-            fields[key] = value.strip()
-    return fields
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +52,9 @@ def test_ternary_weights_live_in_2mib_aligned_huge_page_segments(gguf):
     weights = [getattr(layer, n) for layer in model.runner.weights.layers for n in TERNARY]
     assert weights and not any(w.in_place for w in weights)
     for w in weights:
-        where = _mapping_of(w.address)
-        assert where["THPeligible"] == "1", where  # advised MADV_HUGEPAGE (and anonymous)
-        assert int(where["start"]) % (2 << 20) == 0 and int(where["end"]) % (2 << 20) == 0
+        start, end, fields = mapping_of(w.address)
+        assert fields["THPeligible"] == "1", fields  # advised MADV_HUGEPAGE (and anonymous)
+        assert start % (2 << 20) == 0 and end % (2 << 20) == 0
     stats = mod.weight_arena_stats()
     assert stats["live_bytes"] >= sum(w.nbytes for w in weights)
     assert stats["segment_bytes"] < stats["live_bytes"] + stats["segments"] * (32 << 20)
