@@ -176,7 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--isa", default=default_isa())
     ap.add_argument("--threads", type=int, nargs="+", default=[len(os.sched_getaffinity(0))])
-    ap.add_argument("--layouts", nargs="+", default=["tq2_0", "i2_128", "tq1_160"])
+    ap.add_argument(
+        "--layouts",
+        nargs="+",
+        default=["tq2_0", "i2_128", "tq1_160"],
+        choices=["tq2_0", "i2_128", "tq1_160"],
+    )
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--shapes", nargs="+", metavar="ROWSxCOLS", help="only these shapes")
     ap.add_argument("--no-head", action="store_true", help="skip the output head")

@@ -72,6 +72,47 @@ def test_gemv_bandwidth_refuses_bad_shapes(shape, capsys):
     assert "--shapes" in capsys.readouterr().err
 
 
+def test_gemv_bandwidth_refuses_an_unknown_layout(capsys):
+    gemv = load_script("gemv_bandwidth")
+    with pytest.raises(SystemExit) as exc:
+        gemv.main(["--layouts", "i2_s"])
+    assert exc.value.code == 2
+    assert "--layouts" in capsys.readouterr().err
+
+
+def test_attention_bandwidth_small_run(tmp_path):
+    bench = load_script("attention_bandwidth")
+    out = tmp_path / "attention.json"
+    argv = ["--threads", "2", "1", "--contexts", "40", "100", "--heads", "8", "2"]
+    argv += ["--head-dim", "20", "--working-set-mb", "2", "--reps", "2", "--out", str(out)]
+    assert bench.main(argv) == 0
+    report = json.loads(out.read_text())
+    got = {(r["threads"], r["context"]) for r in report["results"]}
+    assert got == {(t, c) for t in (2, 1) for c in (40, 100)}
+    for r in report["results"]:
+        assert (r["heads"], r["kv_heads"], r["head_dim"]) == (8, 2, 20)
+        assert r["cache_bytes"] == 2 * r["context"] * 2 * 20 * 2  # K and V, float16
+        assert r["copies"] == max(2, (2 << 20) // (4 * r["context"] * 2 * 20))
+        for kind in ("dram", "hot", "read"):
+            assert r[f"{kind}_us"] > 0
+            assert r[f"{kind}_gbps"] == pytest.approx(r["cache_bytes"] / r[f"{kind}_us"] / 1e3)
+        assert r["frac_of_read"] == pytest.approx(r["read_us"] / r["dram_us"])
+        lo, hi = sorted((r["hot_us"], r["read_us"]))
+        assert r["serial"] == pytest.approx((r["dram_us"] - hi) / lo)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--contexts", "0"], ["--heads", "6", "4"], ["--head-dim", "0"], ["--reps", "0"]],
+)
+def test_attention_bandwidth_refuses_bad_arguments(argv, capsys):
+    bench = load_script("attention_bandwidth")
+    with pytest.raises(SystemExit) as exc:
+        bench.main(argv)
+    assert exc.value.code == 2
+    assert argv[0] in capsys.readouterr().err
+
+
 def test_model_vs_llamacpp_small_run(tmp_path):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     from bitnet_core.config import BitNetConfig
