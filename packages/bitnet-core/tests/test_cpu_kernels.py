@@ -455,6 +455,26 @@ def test_attention_on_float16_caches(prov, t, start):
         prov.attention(q, k16, v16.astype(np.float32), start)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize(
+    "hq,hkv,d,start",
+    [(8, 4, 24, 70), (12, 4, 36, 33), (20, 5, 128, 100), (16, 2, 20, 64), (8, 1, 9, 5)],
+)
+def test_grouped_heads_equal_their_own_copies(prov, dtype, hq, hkv, d, start):
+    """Decode attention of query heads that share a KV head (read once for the group)
+    gives, bit for bit, what it gives with the KV heads repeated, one for each query head."""
+    rng = np.random.default_rng(hq * 100 + d)
+    cap = start + 3
+    q = rng.standard_normal((1, hq, d)).astype(np.float32)
+    k = rng.standard_normal((cap, hkv, d)).astype(dtype)
+    v = rng.standard_normal((cap, hkv, d)).astype(dtype)
+    group = hq // hkv
+    got = prov.attention(q, k, v, start)
+    alone = prov.attention(q, np.repeat(k, group, axis=1), np.repeat(v, group, axis=1), start)
+    np.testing.assert_array_equal(got, alone)
+    np.testing.assert_allclose(got, REF.attention(q, k, v, start), rtol=2e-5, atol=2e-6)
+
+
 @pytest.mark.parametrize("shape", [(1,), (1, 7), (3, 4096), (2, 3, 5)])
 def test_gated_activations(prov, shape):
     rng = np.random.default_rng(len(shape))
