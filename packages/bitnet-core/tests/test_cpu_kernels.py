@@ -499,6 +499,20 @@ def test_gated_activations(prov, shape):
     np.testing.assert_allclose(prov.relu2_mul(g, u), REF.relu2_mul(g, u), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("n", [1, 5, 64, 6913])
+def test_relu2_mul_equals_the_scalar_kernel_bit_for_bit(prov, n):
+    """Every provider's relu(g)^2 * u is the scalar kernel's float64 arithmetic, bit for
+    bit, on special values too (NaN and -0 gates give +0, as the scalar compare does)."""
+    rng = np.random.default_rng(n)
+    g = (rng.standard_normal(n) * 6).astype(np.float32)
+    u = rng.standard_normal(n).astype(np.float32)
+    special = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1e-20, 3.4e38, -3.4e38, 2.0]
+    g[: len(special)] = np.array(special, np.float32)[:n]
+    u[rng.integers(0, n, size=max(1, n // 8))] = np.inf
+    want = native_provider("cpu-scalar", 1).relu2_mul(g, u)
+    np.testing.assert_array_equal(prov.relu2_mul(g, u).view(np.uint32), want.view(np.uint32))
+
+
 def test_shape_errors_are_clear(prov):
     rng = np.random.default_rng(0)
     w = prov.load_ternary(_ternary(rng, 4, 10))
