@@ -26,25 +26,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from bitnet_core import _native
-from bitnet_core.native import cpu_features
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gemv_bandwidth import default_isa, machine_report  # noqa: E402
 
 CONTEXTS = [128, 512, 2048]
 WORKING_SET_MB = 256  # MiB of caches cycled through per measurement (and read by the probe)
-
-
-def default_isa() -> str:
-    feats = cpu_features()
-    if all(feats.get(f) for f in ("avx512f", "avx512bw", "avx512vl", "avx512vnni")):
-        return "avx512"
-    return "avx2" if feats.get("avx2") else "scalar"
 
 
 def bench_context(
@@ -148,17 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"hot {r['hot_us']:8.1f} us  read {r['read_us']:8.1f} us {r['read_gbps']:5.1f} GB/s  "
                 f"serial {r['serial']:5.2f}"
             )
-    report = {
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(),
-            "affinity": len(os.sched_getaffinity(0)),
-            "load_avg": os.getloadavg(),
-            "features": {k: v for k, v in cpu_features().items() if v},
-        },
-        "isa": args.isa,
-        "results": results,
-    }
+    report = {"machine": machine_report(), "isa": args.isa, "results": results}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"wrote {args.out}")
     return 0

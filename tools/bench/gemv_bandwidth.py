@@ -67,6 +67,17 @@ def copy_bandwidth(nbytes: int = 512 << 20, reps: int = 7) -> dict:
     return {"bytes": src.nbytes, "median_gbps": src.nbytes / statistics.median(times) / 1e9}
 
 
+def machine_report() -> dict:
+    """What a report records of the machine it ran on."""
+    return {
+        "cpu": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)),
+        "load_avg": os.getloadavg(),
+        "features": {k: v for k, v in cpu_features().items() if v},
+    }
+
+
 class ReadProbe:
     """Streams ``nbytes`` with every thread of ``kernels``: the read bandwidth."""
 
@@ -228,13 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                 + (f"  {r['gmacs']:6.1f} G MAC/s ({args.tokens} tokens)" if "gmacs" in r else "")
             )
     report = {
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(),
-            "affinity": len(os.sched_getaffinity(0)),
-            "load_avg": os.getloadavg(),
-            "features": {k: v for k, v in cpu_features().items() if v},
-        },
+        "machine": machine_report(),
         "isa": args.isa,
         "copy": copy,
         "probe_bytes": probe.buf.nbytes,
