@@ -4,7 +4,7 @@
 2. kernel times of the ternary matmul for the fused runner's 2B-4T shapes
    (q,k,v 3840x2560, o 2560x2560, gate,up 13824x2560, down 2560x6912) at
    1, 4, 8 and 16 tokens, and of the float16 head (128256x2560) at 1 and 8
-   (the kernels the runner launches, from 2 tokens the multi-row ``_r4`` ones,
+   (the kernels the runner launches: ``_r2`` below 16 tokens, the head's ``_r4``,
    and beside each the other rows a warp: one-row, ``_r2``, ``_r4``): each kernel
    captured ``GRAPH_LAUNCHES`` times into a CUDA graph and replayed, so no
    host time is in them (timing the provider's op per call measures Python's
@@ -105,7 +105,7 @@ def kernel_times(
     runner launches, then the dp4a tiles of the other rows a warp (1, 2, 4) and the head's
     other kernel, so one run says which would be faster at each token count."""
     from bitnet_core.hal.weights import TernaryWeight
-    from bitnet_cuda.provider import DENSE_ROWS, I2S_ROWS, MMA_MIN_TOKENS
+    from bitnet_cuda.provider import I2S_ROWS, MMA_MIN_TOKENS
 
     rng = np.random.default_rng(0)
     out = []
@@ -125,7 +125,7 @@ def kernel_times(
             y = cp.empty((t, n), dtype=np.float32)
             row = {"name": name, "shape": [n, k], "tokens": t, "weight_bytes": nbytes}
             mma = t >= MMA_MIN_TOKENS and provider.tensor_cores  # launch_i2s's choice
-            chosen = None if mma else (I2S_ROWS if t >= 2 else 1)
+            chosen = None if mma else I2S_ROWS
             for per_warp in (None, *(r for r in (4, 2, 1) if r != chosen)):
 
                 def launch(w=w, xq=xq, xs=xs, y=y, t=t, per_warp=per_warp):
@@ -141,7 +141,7 @@ def kernel_times(
         y = cp.empty((t, head[0]), dtype=np.float32)
         row = {"name": "head", "shape": list(head), "tokens": t}
         row["weight_bytes"] = head_table.data.nbytes
-        for per_warp in (None, 1 if t >= 2 else DENSE_ROWS):
+        for per_warp in (None, 1):  # launch_dense's choice (DENSE_ROWS), then one a warp
 
             def launch_head(x=x, y=y, t=t, per_warp=per_warp):
                 return provider.launch_dense(head_table, x, y, t, per_warp)

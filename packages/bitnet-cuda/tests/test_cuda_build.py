@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cuda_emulator.cupy_emulator import KERNEL_RE
 
 from bitnet_core.hal import REGISTRY
 from bitnet_cuda.kernels import FATBIN, KERNELS, SOURCE
@@ -39,7 +39,7 @@ def test_kernels_compile_with_nvcc_for_sm90(tmp_path):
 def test_kernels_lists_every_kernel_of_the_source():
     # a fatbin is checked against KERNELS before use: one missing here would let a stale
     # fatbin without it through, to fail at the first launch instead of falling back to NVRTC
-    defined = re.findall(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(', SOURCE.read_text())
+    defined = KERNEL_RE.findall(SOURCE.read_text())
     assert sorted(KERNELS) == sorted(defined)
 
 

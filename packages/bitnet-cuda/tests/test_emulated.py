@@ -175,7 +175,7 @@ def test_graphs_replay_as_the_kernels_run(kv: str) -> None:
         if step < 25:
             assert_logits_close(got, want)
     assert seqs[2].length == 70
-    layouts = {key[-2][0] for key in graphs._graphs}
+    layouts = {key[-3][0] for key in graphs._graphs}  # (..., shape, dtype, splits)
     assert layouts == {16, 32, 64, 80}  # capacities: blocks of 16 tokens, doubling
 
 
@@ -321,9 +321,10 @@ ROW_TOKENS = (2, 3, 5, 7, 8, 9, 15)
 @pytest.mark.parametrize("n,k", [(1, 64), (7, 100), (37, 200), (70, 1000)])
 @pytest.mark.parametrize("add", [False, True])
 def test_multi_row_gemv_equals_numpy_and_each_token_alone(n: int, k: int, add: bool) -> None:
-    """matmul_i2s_r4 / _r2 (2+ tokens; rows not a multiple of 4 or of a block's 16, k padded
-    to 64, tails of words a lane): the int32 dots then the epilogue's float32 steps equal
-    numpy's bit for bit, as does one-row matmul_i2s launched a token at a time."""
+    """matmul_i2s_r2 (what launch_i2s runs below MMA_MIN_TOKENS, one token too) and _r4 (rows
+    not a multiple of 4 or of a block's 16, k padded to 64, tails of words a lane): the
+    int32 dots then the epilogue's float32 steps equal numpy's bit for bit, as does
+    one-row matmul_i2s launched a token at a time."""
     from bitnet_core.testing.ops import activations, random_weight
 
     rng = np.random.default_rng(n * 10 + k)
@@ -343,11 +344,11 @@ def test_multi_row_gemv_equals_numpy_and_each_token_alone(n: int, k: int, add: b
         name = p.launch_i2s(weight.words, weight.scales, *part, y, t, add, per_warp)
         return name, p.to_host(y)
 
-    alone = [launch(j, 1, None) for j in range(15)]
+    alone = [launch(j, 1, 1) for j in range(15)]
     assert {name for name, _ in alone} == {"matmul_i2s_add" if add else "matmul_i2s"}
     np.testing.assert_array_equal(np.concatenate([y for _, y in alone]), want)
-    for t in ROW_TOKENS:
-        for per_warp, r in ((None, 4), (2, 2)):
+    for t in (1, *ROW_TOKENS):
+        for per_warp, r in ((None, 2), (4, 4)):
             name, got = launch(0, t, per_warp)
             assert name == f"matmul_i2s_r{r}" + ("_add" if add else "")
             np.testing.assert_array_equal(got, want[:t], err_msg=f"{name}, {t} tokens")
@@ -356,10 +357,11 @@ def test_multi_row_gemv_equals_numpy_and_each_token_alone(n: int, k: int, add: b
 @pytest.mark.parametrize("kind", ["f16", "bf16", "f32"])
 @pytest.mark.parametrize("n,k", [(1, 8), (13, 72), (70, 136), (37, 100)])
 def test_multi_row_head_is_each_token_alone_bit_for_bit(kind: str, n: int, k: int) -> None:
-    """matmul_dense_*_r4 (2+ tokens): each (row, token) sums in the one-row kernel's order
-    (same lanes, fmas and warp_sum), so a token's logits equal its own one-token launch
-    bit for bit whatever the other tokens; both are numpy's within float32 rounding. A
-    16-bit table whose k is no multiple of 8 (no float4 x loads) keeps the one-row kernel."""
+    """matmul_dense_*_r4 (what launch_dense runs, one token too): each (row, token) sums in
+    the one-row kernel's order (same lanes, fmas and warp_sum), so a token's logits equal
+    its own one-row launch bit for bit whatever the other tokens; both are numpy's within
+    float32 rounding. A 16-bit table whose k is no multiple of 8 (no float4 x loads)
+    keeps the one-row kernel."""
     from bitnet_core.testing.ops import activations
 
     rng = np.random.default_rng(n * 1000 + k)
@@ -374,16 +376,16 @@ def test_multi_row_head_is_each_token_alone_bit_for_bit(kind: str, n: int, k: in
     x = activations(rng, 15, k)
     dx = p.to_device(x)
 
-    def launch(t0: int, t: int) -> tuple[str, np.ndarray]:
+    def launch(t0: int, t: int, per_warp: int | None = None) -> tuple[str, np.ndarray]:
         y = p.cp.zeros((t, n), np.float32)
-        return p.launch_dense(table, dx[t0 : t0 + t], y, t), p.to_host(y)
+        return p.launch_dense(table, dx[t0 : t0 + t], y, t, per_warp), p.to_host(y)
 
-    alone = np.concatenate([launch(j, 1)[1] for j in range(15)])
+    alone = np.concatenate([launch(j, 1, 1)[1] for j in range(15)])
     host = p.to_host(table).astype(np.float32)
     bound = 1e-5 * (np.abs(x) @ np.abs(host).T)  # float32 rounding of k terms, k <= 136
     assert np.all(np.abs(alone - ReferenceProvider().matmul_dense(x, host)) <= bound)
     multi = kind == "f32" or k % 8 == 0
-    for t in ROW_TOKENS:
+    for t in (1, *ROW_TOKENS):
         name, got = launch(0, t)
         assert name == f"matmul_dense_{kind}" + ("_r4" if multi else "")
         np.testing.assert_array_equal(got, alone[:t], err_msg=f"{name}, {t} tokens")
@@ -415,18 +417,18 @@ def test_bench_times_the_kernels_from_a_graph_and_computes_their_products() -> N
         p, p.cp, repeat=2, shapes={"o": (40, 96)}, tokens=(1, 3, 16), head=(50, 72), launches=2
     )
     assert [(r["kernel"], r["name"], r["tokens"]) for r in rows] == [
-        ("matmul_i2s", "o", 1),  # what the runner launches, then the other rows a warp
+        ("matmul_i2s_r2", "o", 1),  # what the runner launches, then the other rows a warp
         ("matmul_i2s_r4", "o", 1),
-        ("matmul_i2s_r2", "o", 1),
-        ("matmul_i2s_r4", "o", 3),
+        ("matmul_i2s", "o", 1),
         ("matmul_i2s_r2", "o", 3),
+        ("matmul_i2s_r4", "o", 3),
         ("matmul_i2s", "o", 3),
         ("matmul_i2s_mma", "o", 16),  # the tensor cores from MMA_MIN_TOKENS
         ("matmul_i2s_r4", "o", 16),
         ("matmul_i2s_r2", "o", 16),
         ("matmul_i2s", "o", 16),
-        ("matmul_dense_f16", "head", 1),
         ("matmul_dense_f16_r4", "head", 1),
+        ("matmul_dense_f16", "head", 1),
         ("matmul_dense_f16_r4", "head", 8),
         ("matmul_dense_f16", "head", 8),
     ]
@@ -441,3 +443,84 @@ def test_bench_times_the_kernels_from_a_graph_and_computes_their_products() -> N
         p.cp, lambda: p.launch_i2s(dw.words, dw.scales, xq.data, xs, xq.xsum, y, 3), 1, 2
     )
     np.testing.assert_array_equal(np.asarray(y), np.asarray(p.matmul_i2s(xq, xs, dw)))
+
+
+@pytest.mark.parametrize("d", [1, 100, 2560, 8192, 8200])
+def test_norm_kernels_equal_the_providers_two_ops_bit_for_bit(d: int) -> None:
+    """rmsnorm_quant and act_norm_quant (the runner's 256 threads) equal rmsnorm, then
+    quantize_act, bit for bit: rows a thread holds in registers (up to 8192 values) and the
+    longer ones the kernels read again in each pass alike."""
+    from bitnet_cuda.runner import NORM_THREADS, padded_cols
+
+    rng = np.random.default_rng(d)
+    p = _emulated()
+    eps, kp = np.float32(1e-5), padded_cols(d)
+    g = p.to_device(rng.uniform(0.2, 2.0, d).astype(np.float32))
+
+    def quantized(name: str, head: tuple, tail: tuple) -> tuple[np.ndarray, ...]:
+        xq = p.cp.zeros((2, kp), dtype=np.int8)
+        xs, xsum = p.cp.zeros((2,), dtype=np.float32), p.cp.zeros((2,), dtype=np.int32)
+        sizes = (np.int32(d), np.int32(kp))
+        p._k(name)((2,), (NORM_THREADS,), (*head, g, xq, xs, xsum, *sizes, *tail))
+        return p.to_host(xq), p.to_host(xs), p.to_host(xsum)
+
+    def two_ops(v: np.ndarray) -> tuple[np.ndarray, ...]:
+        q, s = p.quantize_act(p.rmsnorm(p.to_device(v), g, eps))
+        return p.to_host(q.data), p.to_host(s), p.to_host(q.xsum)
+
+    x = (rng.standard_normal((2, d)) * 7).astype(np.float32)
+    for got, want in zip(
+        quantized("rmsnorm_quant", (p.to_device(x),), (eps,)), two_ops(x), strict=True
+    ):
+        np.testing.assert_array_equal(got, want)
+    gu = (rng.standard_normal((2, 2 * d)) * 3).astype(np.float32)
+    ref = ReferenceProvider()
+    for act, op in enumerate((ref.silu_mul, ref.relu2_mul)):
+        f = p.cp.zeros((2, d), dtype=np.float32)
+        head, tail = (p.to_device(gu), f), (np.int32(act), eps)
+        got = quantized("act_norm_quant", head, tail)
+        np.testing.assert_allclose(p.to_host(f), op(gu[:, :d], gu[:, d:]), rtol=1e-5, atol=1e-6)
+        for a, b in zip(got, two_ops(p.to_host(f)), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("splits", [1, 5, 40])
+def test_attention_combine_merges_each_head_then_norms_the_row(splits: int) -> None:
+    """attn_combine_norm_quant: a block a head merges its splits (more than a warp's lanes
+    too, and empty ones), the last block norms and quantizes the row as rmsnorm then
+    quantize_act do, bit for bit; its count is back at 0, so a second launch (a graph's
+    next replay) gives the same."""
+    from bitnet_cuda.runner import COMBINE_THREADS, padded_cols
+
+    rng = np.random.default_rng(splits)
+    p = _emulated()
+    seqs, hq, d = 2, 3, 40
+    m = (rng.standard_normal((seqs, hq, splits)) * 3).astype(np.float32)
+    l_ = rng.uniform(0.5, 9.0, (seqs, hq, splits)).astype(np.float32)
+    acc = (rng.standard_normal((seqs, hq, splits, d)) * l_[..., None]).astype(np.float32)
+    if splits > 2:  # empty splits: no keys reached them
+        m[:, :, -2:], l_[:, :, -2:], acc[:, :, -2:] = -3.0e38, 0.0, 0.0
+    e = np.exp(m.astype(np.float64) - m.max(-1, keepdims=True))
+    want = (acc * e[..., None]).sum(2) / (l_ * e).sum(-1)[..., None]
+    g = rng.uniform(0.2, 2.0, hq * d).astype(np.float32)
+    kp, eps = padded_cols(hq * d), np.float32(1e-5)
+    out = p.cp.zeros((seqs, hq * d), dtype=np.float32)
+    xq = p.cp.zeros((seqs, kp), dtype=np.int8)
+    xs, xsum = p.cp.zeros((seqs,), dtype=np.float32), p.cp.zeros((seqs,), dtype=np.int32)
+    done = p.cp.zeros((seqs,), dtype=np.int32)
+    parts = (p.to_device(m.ravel()), p.to_device(l_.ravel()), p.to_device(acc.ravel()))
+    args = (*parts, out, p.to_device(g), xq, xs, xsum, done)
+    sizes = (np.int32(hq), np.int32(d), np.int32(splits), np.int32(kp), eps)
+    results = []
+    for _ in range(2):
+        p._k("attn_combine_norm_quant")((hq, seqs), (COMBINE_THREADS,), (*args, *sizes))
+        results.append([p.to_host(a) for a in (out, xq, xs, xsum)])
+        assert not p.to_host(done).any()
+    for a, b in zip(*results, strict=True):
+        np.testing.assert_array_equal(a, b)
+    got_out = results[0][0]
+    np.testing.assert_allclose(got_out, want.reshape(seqs, hq * d), rtol=1e-5, atol=1e-5)
+    q, s = p.quantize_act(p.rmsnorm(p.to_device(got_out), p.to_device(g), eps))
+    np.testing.assert_array_equal(results[0][1], p.to_host(q.data))
+    np.testing.assert_array_equal(results[0][2], p.to_host(s))
+    np.testing.assert_array_equal(results[0][3], p.to_host(q.xsum))

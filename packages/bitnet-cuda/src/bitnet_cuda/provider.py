@@ -34,9 +34,12 @@ __all__ = [
 
 WARPS_PER_BLOCK = 8
 MAXT = 8  # tokens per GEMV block (kernels' MAXT)
-#: from 2 tokens the GEMV and the head compute this many rows a warp (``matmul_i2s_r4``,
-#: ``matmul_dense_*_r4``): each activation load feeds them all; 1 token keeps one a warp
-I2S_ROWS, DENSE_ROWS = 4, 4
+#: rows a warp of the GEMV (``matmul_i2s_r2``, below ``MMA_MIN_TOKENS`` tokens) and of the
+#: head (``matmul_dense_*_r4``), one token included: each activation load feeds them all.
+#: Measured on an H100 (2B-4T shapes, docs/GPU.md): r2 beat r4 and one row a warp at 1-8
+#: tokens (gate|up at one token 6.3 us against 8.5), the head's r4 at one token 217 us
+#: against 346 for one row a warp. Results are the same bits whichever runs.
+I2S_ROWS, DENSE_ROWS = 2, 4
 ROWS_WARPS = 4  # warps a block of the multi-row kernels
 MMA_WARPS, MMA_NT = 4, 4  # matmul_i2s_mma: warps a block, 8-token groups a warp (kernels')
 #: from this many tokens a ternary matmul runs on int8 tensor cores (sm_80+)
@@ -131,16 +134,16 @@ class CudaProvider(CudaRuntime, CudaMemory, GpuProvider, family="cuda", priority
         per_warp: int | None = None,
     ) -> str:
         """y [t, rows] (+)= the ternary matmul: int8 tensor cores from ``MMA_MIN_TOKENS``
-        tokens where the GPU has them, else dp4a tiles of ``I2S_ROWS`` rows a warp from 2
-        tokens, one row a warp for 1. ``per_warp`` (1, 2 or 4) forces the dp4a tiles of
-        that many rows (benchmarks, tests). Returns the kernel's name."""
+        tokens where the GPU has them, else dp4a tiles of ``I2S_ROWS`` rows a warp.
+        ``per_warp`` (1, 2 or 4) forces the dp4a tiles of that many rows (benchmarks,
+        tests). Returns the kernel's name."""
         rows, kw = int(words.shape[0]), int(words.shape[1])
         if per_warp is None and t >= MMA_MIN_TOKENS and self.tensor_cores:
             name = "matmul_i2s_mma"
             grid = (-(-rows // (16 * MMA_WARPS)), -(-t // (8 * MMA_NT)))
             block, k_words = (32 * MMA_WARPS,), kw
         else:
-            r = per_warp or (I2S_ROWS if t >= 2 else 1)
+            r = per_warp or I2S_ROWS
             if r == 1:
                 name = "matmul_i2s"
                 grid = (-(-rows // WARPS_PER_BLOCK), -(-t // MAXT))
@@ -175,13 +178,13 @@ class CudaProvider(CudaRuntime, CudaMemory, GpuProvider, family="cuda", priority
 
     def launch_dense(self, table: Any, x: Any, y: Any, t: int, per_warp: int | None = None) -> str:
         """y [t, n] = x [t, cols] @ table.T for a ``HalfTable`` (16-byte loads) or an f32 table:
-        ``DENSE_ROWS`` rows a warp from 2 tokens (a half table's x read as float4: cols a
-        multiple of 8, x 16-byte aligned, else one row a warp), one for 1. ``per_warp``
-        (1 or ``DENSE_ROWS``) forces one. Returns the kernel's name."""
+        ``DENSE_ROWS`` rows a warp (a half table's x read as float4: cols a multiple of 8,
+        x 16-byte aligned, else one row a warp). ``per_warp`` (1 or ``DENSE_ROWS``) forces
+        one. Returns the kernel's name."""
         n, cols = (int(v) for v in table.shape)
         half = isinstance(table, HalfTable)
         wide = not half or (cols % 8 == 0 and device_address(x) % 16 == 0)
-        r = per_warp or (DENSE_ROWS if t >= 2 and wide else 1)
+        r = per_warp or (DENSE_ROWS if wide else 1)
         if r not in (1, DENSE_ROWS) or (r > 1 and not wide):
             raise ValueError(f"launch_dense: {r} rows a warp for this table and x")
         name = f"matmul_dense_{table.kind if half else 'f32'}" + ("" if r == 1 else f"_r{r}")

@@ -56,11 +56,12 @@ from bitnet_core.sdk.fused import FusedLayer, decode_together, fused_layers
 from .provider import CudaProvider, CudaTernary, HalfTable, device_address
 
 NORM_THREADS = 256  # the provider's rmsnorm/quantize_act blocks: same sums, same rounding
-COMBINE_THREADS = 512
+COMBINE_THREADS = 256  # kernels' COMBINE_BLOCK (>= MAX_D: a thread an output of a head)
 ATTN_THREADS = 128  # attn_split: 4 warps
 ROPE_THREADS = 64
 MAX_D = 256  # kernels' MAXD: head_dim limit of attn_split
 MAX_PARTS = 4096  # kernels' MAX_PARTS: heads x splits
+MAX_SPLITS = 64  # kernels' MAX_SPLITS: splits of a head
 MAX_GRAPHS = 8  # captured decode steps kept (least recently used dropped)
 
 #: launches one layer's rope + KV store and attention: ``attend(layer index, layer)``
@@ -72,9 +73,9 @@ def padded_cols(k: int) -> int:
     return max(1, -(-k // 64)) * 64
 
 
-def split_count(capacity: int, heads: int, keys_per_split: int = 128) -> int:
-    """Key splits of the decode attention over a cache of ``capacity`` (at most 64)."""
-    return max(1, min(64, capacity // keys_per_split, MAX_PARTS // heads))
+def split_count(capacity: int, heads: int, keys_per_split: int) -> int:
+    """Key splits of the decode attention over a cache of ``capacity`` (at most MAX_SPLITS)."""
+    return max(1, min(MAX_SPLITS, capacity // keys_per_split, MAX_PARTS // heads))
 
 
 @dataclass(eq=False)
@@ -129,17 +130,19 @@ class StepBuffers:
         if seqs:  # [layer, K or V, sequence]
             self.kv_addresses = cp.zeros((cfg.num_layers, 2, t), dtype=np.uint64)
         if t == 1 or seqs:  # the decode attention's per-split results
-            parts = t * cfg.num_heads * min(64, MAX_PARTS // cfg.num_heads)
+            parts = t * cfg.num_heads * min(MAX_SPLITS, MAX_PARTS // cfg.num_heads)
             self.part_m = cp.zeros((parts,), dtype=np.float32)
             self.part_l = cp.zeros((parts,), dtype=np.float32)
             self.part_acc = cp.zeros((parts * cfg.head_dim,), dtype=np.float32)
+            # attn_combine_norm_quant's count of merged heads a sequence (0 between steps)
+            self.done = cp.zeros((t,), dtype=np.int32)
 
 
 class CudaRunner(GenericRunner):
     """``GenericRunner`` with the fused forward pass and graph-captured decode steps."""
 
     #: cache capacity per split of the decode attention (fewer: more, shorter splits)
-    keys_per_split = 128
+    keys_per_split = 16
 
     def __init__(self, provider: CudaProvider, weights: Any, **opts: Any) -> None:
         super().__init__(provider, weights, **opts)
@@ -204,7 +207,8 @@ class CudaRunner(GenericRunner):
         key = tuple(
             (device_address(k), device_address(v)) for k, v in zip(cache.k, cache.v, strict=True)
         )
-        key += (tuple(cache.k[0].shape), str(cache.k[0].dtype))
+        splits = split_count(int(cache.k[0].shape[0]), self.config.num_heads, self.keys_per_split)
+        key += (tuple(cache.k[0].shape), str(cache.k[0].dtype), splits)
         self._run_step(key, b, self._decode_attention(b, cache))
         return self._download(b.logits)
 
@@ -396,9 +400,10 @@ class CudaRunner(GenericRunner):
         parts = (b.part_m, b.part_l, b.part_acc)
         geometry = (i32(hq), i32(hkv), i32(d), i32(splits), scale)
         split((hq, splits, seqs), (ATTN_THREADS,), (b.q, *cache_args, *parts, *geometry))
-        out = (b.att, lw.attn_sub_norm, b.aq, b.as_, b.asum)
+        out = (b.att, lw.attn_sub_norm, b.aq, b.as_, b.asum, b.done)
         sizes = (i32(hq), i32(d), i32(splits), i32(b.aq.shape[1]), eps)
-        self._fn["attn_combine_norm_quant"]((seqs,), (COMBINE_THREADS,), (*parts, *out, *sizes))
+        combine = self._fn["attn_combine_norm_quant"]
+        combine((hq, seqs), (COMBINE_THREADS,), (*parts, *out, *sizes))
 
     def _norm_quant(
         self, x: Any, g: Any, xq: Any, xs: Any, xsum: Any, t: int, d: int, eps: Any

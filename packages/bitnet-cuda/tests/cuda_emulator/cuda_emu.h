@@ -34,11 +34,25 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(threads)
 #define __shared__ static
 #define __restrict__ __restrict
 
 using std::max;
 using std::min;
+
+// Blocks run one at a time (and a block's threads are fibers of one OS thread): memory
+// is coherent, so fences are no-ops and an atomic is a plain read-modify-write.
+inline void __threadfence() {}
+inline int atomicAdd(int *p, int v) {
+    const int old = *p;
+    *p = old + v;
+    return old;
+}
+template <typename T>
+inline T __ldcg(const T *p) {
+    return *p;
+}
 
 struct dim3 {
     unsigned x = 1, y = 1, z = 1;

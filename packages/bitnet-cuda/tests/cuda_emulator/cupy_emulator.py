@@ -44,7 +44,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 CXX = os.environ.get("BITNET_NATIVE_CXX", "g++")
-KERNEL_RE = re.compile(r'extern\s+"C"\s+__global__\s+void\s+(\w+)\s*\(')
+#: a kernel of the source: its name (after __launch_bounds__ where it has them)
+KERNEL_RE = re.compile(
+    r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\(\w+\)\s+)?(\w+)\s*\('
+)
 
 
 def missing() -> str | None:

@@ -23,6 +23,7 @@
 #define MAXT 8        // tokens a GEMV block handles at once
 #define MAXD 256      // head_dim limit of the split (flash-decoding) attention
 #define MAX_PARTS 4096  // heads x splits of one split attention
+#define MAX_SPLITS 64   // splits of one head (runner.py's split_count)
 
 // bfloat16 as its bit pattern: the top 16 bits of a float32.
 struct bf16 {
@@ -639,53 +640,139 @@ extern "C" __global__ void embed_f32(const float* __restrict__ table, const int*
     embed_body(table, ids, x, d, stride);
 }
 
-// The second half of rmsnorm + quantize_act for one row of d values that this thread wrote
-// (or may read) at i = threadIdx.x + j * blockDim.x; `ss` is its part of the sum of squares.
-// The same float operations in the same order as rmsnorm then quantize_act.
-__device__ void norm_quant_row(const float* row, float ss, const float* __restrict__ g, float eps,
-                               int d, int kp, int8_t* __restrict__ xq, float* __restrict__ scale,
+// The norm kernels below keep a row in registers when it fits (kp <= H * blockDim.x):
+// value i in v[j] of thread i % blockDim.x, j = i / blockDim.x. Each thread then reads its
+// values once, with all the loads in flight together, instead of once a pass (three
+// passes of dependent loads, the latency of each: a 2560-row took 8 us, a 6912-row 21 on
+// an H100). Longer rows take the loops of quantize_row. The same float operations in the
+// same order either way, so the same bits.
+#define NORM_BLOCK 256     // rmsnorm_quant, act_norm_quant: runner.py's NORM_THREADS
+#define COMBINE_BLOCK 256  // attn_combine_norm_quant: runner.py's COMBINE_THREADS
+#define NORM_HELD 32       // values a thread holds: rows up to 8192 in 256 threads
+
+// quantize_row over the values this thread holds (kp <= H * blockDim.x).
+template <int H>
+__device__ void quantize_held(const float (&v)[H], int k, int kp, int8_t* __restrict__ xq,
+                              float* __restrict__ scale, int* __restrict__ xsum, float* red) {
+    float m = 0.0f;
+#pragma unroll
+    for (int j = 0; j < H; j++)
+        if (threadIdx.x + j * blockDim.x < k) m = fmaxf(m, fabsf(v[j]));
+    m = block_max(m, red);
+    const float s = 127.0f / fmaxf(m, 1e-5f);
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < H; j++) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < kp) {
+            int q = 0;
+            if (i < k) {
+                q = __float2int_rn(v[j] * s);  // round half to even, as numpy and torch
+                q = max(-128, min(127, q));
+            }
+            xq[i] = (int8_t)q;
+            acc += (float)q;
+        }
+    }
+    acc = block_sum(acc, red);
+    if (threadIdx.x == 0) {
+        *scale = s;
+        *xsum = (int)acc;
+    }
+}
+
+// The second half of rmsnorm + quantize_act for one row of d values: `ss` is this thread's
+// part of the sum of squares; the thread holds its values in v (held) or wrote them to
+// `row` at i = threadIdx.x + j * blockDim.x. The same float operations in the same order
+// as rmsnorm then quantize_act.
+template <int H>
+__device__ void norm_quant_row(float (&v)[H], bool held, const float* row, float ss,
+                               const float* __restrict__ g, float eps, int d, int kp,
+                               int8_t* __restrict__ xq, float* __restrict__ scale,
                                int* __restrict__ xsum, float* red) {
     ss = block_sum(ss, red);
     const float inv = rsqrtf(ss / (float)d + eps);
-    quantize_row([&](int i) { return row[i] * inv * g[i]; }, d, kp, xq, scale, xsum, red);
+    if (held) {
+#pragma unroll
+        for (int j = 0; j < H; j++) {
+            const int i = threadIdx.x + j * blockDim.x;
+            if (i < d) v[j] = v[j] * inv * g[i];
+        }
+        quantize_held(v, d, kp, xq, scale, xsum, red);
+    } else {
+        quantize_row([&](int i) { return row[i] * inv * g[i]; }, d, kp, xq, scale, xsum, red);
+    }
 }
 
 // quantize_act(rmsnorm(x, g)) for rows of d: one block per row.
-extern "C" __global__ void rmsnorm_quant(const float* __restrict__ x, const float* __restrict__ g,
-                                         int8_t* __restrict__ xq, float* __restrict__ scale,
-                                         int* __restrict__ xsum, int d, int kp, float eps) {
+extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
+    rmsnorm_quant(const float* __restrict__ x, const float* __restrict__ g,
+                  int8_t* __restrict__ xq, float* __restrict__ scale, int* __restrict__ xsum,
+                  int d, int kp, float eps) {
     __shared__ float red[32];
     const int t = blockIdx.x;
     const float* row = x + (size_t)t * d;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += row[i] * row[i];
-    norm_quant_row(row, ss, g, eps, d, kp, xq + (size_t)t * kp, scale + t, xsum + t, red);
+    const bool held = kp <= NORM_HELD * (int)blockDim.x;
+    float v[NORM_HELD], ss = 0.0f;
+    if (held) {
+#pragma unroll
+        for (int j = 0; j < NORM_HELD; j++) {
+            const int i = threadIdx.x + j * blockDim.x;
+            v[j] = i < d ? row[i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < NORM_HELD; j++)
+            if (threadIdx.x + j * blockDim.x < d) ss += v[j] * v[j];
+    } else {
+        for (int i = threadIdx.x; i < d; i += blockDim.x) ss += row[i] * row[i];
+    }
+    norm_quant_row(v, held, row, ss, g, eps, d, kp, xq + (size_t)t * kp, scale + t, xsum + t,
+                   red);
+}
+
+// act(a) * u: act 0 SiLU, 1 relu^2.
+__device__ __forceinline__ float gated(float a, float u, int act) {
+    if (act == 0) return a / (1.0f + expf(-a)) * u;
+    const float r = fmaxf(a, 0.0f);
+    return r * r * u;
 }
 
 // f = act(gate) * up from gu = [gate | up] (rows of 2f), then quantize_act(rmsnorm(f, g)).
 // act 0: SiLU, 1: relu^2. One block per row; f is written out as scratch.
-extern "C" __global__ void act_norm_quant(const float* __restrict__ gu, float* __restrict__ f,
-                                          const float* __restrict__ g, int8_t* __restrict__ xq,
-                                          float* __restrict__ scale, int* __restrict__ xsum,
-                                          int n, int kp, int act, float eps) {
+extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
+    act_norm_quant(const float* __restrict__ gu, float* __restrict__ f,
+                   const float* __restrict__ g, int8_t* __restrict__ xq,
+                   float* __restrict__ scale, int* __restrict__ xsum, int n, int kp, int act,
+                   float eps) {
     __shared__ float red[32];
     const int t = blockIdx.x;
     const float* gate = gu + (size_t)t * 2 * n;
     float* row = f + (size_t)t * n;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float a = gate[i];
-        float v;
-        if (act == 0) {
-            v = a / (1.0f + expf(-a)) * gate[n + i];
-        } else {
-            const float r = fmaxf(a, 0.0f);
-            v = r * r * gate[n + i];
+    const bool held = kp <= NORM_HELD * (int)blockDim.x;
+    float v[NORM_HELD], ss = 0.0f;
+    if (held) {
+#pragma unroll
+        for (int j = 0; j < NORM_HELD; j++) {
+            const int i = threadIdx.x + j * blockDim.x;
+            v[j] = i < n ? gated(gate[i], gate[n + i], act) : 0.0f;
         }
-        row[i] = v;
-        ss += v * v;
+#pragma unroll
+        for (int j = 0; j < NORM_HELD; j++) {
+            const int i = threadIdx.x + j * blockDim.x;
+            if (i < n) {
+                row[i] = v[j];
+                ss += v[j] * v[j];
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const float value = gated(gate[i], gate[n + i], act);
+            row[i] = value;
+            ss += value * value;
+        }
     }
-    norm_quant_row(row, ss, g, eps, n, kp, xq + (size_t)t * kp, scale + t, xsum + t, red);
+    norm_quant_row(v, held, row, ss, g, eps, n, kp, xq + (size_t)t * kp, scale + t, xsum + t,
+                   red);
 }
 
 // Rotate q and k of qkv [T, (hq + 2 hkv) d] at positions pos[0] + t; q goes to q_out
@@ -872,41 +959,67 @@ extern "C" __global__ void attn_split_seqs_f16(const float* __restrict__ q,
     attn_split_seq<__half>(q, kcs, vcs, pos, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
 }
 
-// Merge attn_split's parts into out [hq * d], then quantize_act(rmsnorm(out, g)): one block
-// a sequence (blockIdx.x = j: sequence j's parts, its row of out, xq, scale and xsum).
-// hq * splits <= MAX_PARTS.
-extern "C" __global__ void attn_combine_norm_quant(const float* __restrict__ part_m,
-                                                   const float* __restrict__ part_l,
-                                                   const float* __restrict__ part_acc,
-                                                   float* __restrict__ out,
-                                                   const float* __restrict__ g,
-                                                   int8_t* __restrict__ xq, float* __restrict__ scale,
-                                                   int* __restrict__ xsum, int hq, int d,
-                                                   int splits, int kp, float eps) {
+// Merge attn_split's parts into out [hq * d], then quantize_act(rmsnorm(out, g)). Block
+// (h, j) merges head h of sequence j: its splits' weights (one warp), then its d outputs;
+// the last of sequence j's hq blocks to finish (a count in done[j], set back to 0 for the
+// next step) norms and quantizes the whole row. One block a sequence doing all of it read
+// every part through one SM: 25 us a layer at 64 splits on an H100.
+// d <= blockDim.x, splits <= MAX_SPLITS.
+extern "C" __global__ void __launch_bounds__(COMBINE_BLOCK)
+    attn_combine_norm_quant(const float* __restrict__ part_m, const float* __restrict__ part_l,
+                            const float* __restrict__ part_acc, float* __restrict__ out,
+                            const float* __restrict__ g, int8_t* __restrict__ xq,
+                            float* __restrict__ scale, int* __restrict__ xsum,
+                            int* __restrict__ done, int hq, int d, int splits, int kp,
+                            float eps) {
     __shared__ float red[32];
-    __shared__ float weight[MAX_PARTS];  // exp(m_s - max) / sum, per head and split
-    const size_t j = blockIdx.x;
-    part_m += j * hq * splits, part_l += j * hq * splits, part_acc += j * hq * splits * d;
-    out += j * hq * d, xq += j * kp, scale += j, xsum += j;
-    for (int h = threadIdx.x; h < hq; h += blockDim.x) {
-        const float* pm = part_m + (size_t)h * splits;
-        const float* pl = part_l + (size_t)h * splits;
+    __shared__ float weight[MAX_SPLITS];  // exp(m_s - max) / sum over this head's splits
+    __shared__ int last;
+    const int h = blockIdx.x;
+    const size_t j = blockIdx.y, head = j * hq + h;
+    part_m += head * splits, part_l += head * splits, part_acc += head * splits * d;
+    out += j * hq * d;
+    if (threadIdx.x < WARP) {
+        const int lane = threadIdx.x;
         float mm = -3.0e38f;
-        for (int s = 0; s < splits; s++) mm = fmaxf(mm, pm[s]);
+        for (int s = lane; s < splits; s += WARP) mm = fmaxf(mm, part_m[s]);
+        mm = warp_max(mm);
         float total = 0.0f;
-        for (int s = 0; s < splits; s++) total += pl[s] * expf(pm[s] - mm);
-        for (int s = 0; s < splits; s++) weight[h * splits + s] = expf(pm[s] - mm) / total;
+        for (int s = lane; s < splits; s += WARP) total += part_l[s] * expf(part_m[s] - mm);
+        total = warp_sum(total);
+        for (int s = lane; s < splits; s += WARP) weight[s] = expf(part_m[s] - mm) / total;
     }
     __syncthreads();
-    const int dim = hq * d;
-    float ss = 0.0f;
-    for (int e = threadIdx.x; e < dim; e += blockDim.x) {
-        const int h = e / d, i = e % d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float v = 0.0f;
-        for (int s = 0; s < splits; s++)
-            v += weight[h * splits + s] * part_acc[((size_t)h * splits + s) * d + i];
-        out[e] = v;
-        ss += v * v;
+        for (int s = 0; s < splits; s++) v += weight[s] * part_acc[(size_t)s * d + i];
+        out[h * d + i] = v;
     }
-    norm_quant_row(out, ss, g, eps, dim, kp, xq, scale, xsum, red);
+    __threadfence();  // this block's outputs are visible before its count is
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(done + j, 1) == hq - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    if (threadIdx.x == 0) done[j] = 0;
+    // the whole row, other blocks' outputs too (read through L2: __ldcg)
+    const int dim = hq * d;
+    const bool held = kp <= NORM_HELD * (int)blockDim.x;
+    float v[NORM_HELD], ss = 0.0f;
+    if (held) {
+#pragma unroll
+        for (int k = 0; k < NORM_HELD; k++) {
+            const int e = threadIdx.x + k * blockDim.x;
+            v[k] = e < dim ? __ldcg(out + e) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < NORM_HELD; k++)
+            if (threadIdx.x + k * blockDim.x < dim) ss += v[k] * v[k];
+    } else {
+        for (int e = threadIdx.x; e < dim; e += blockDim.x) {
+            const float value = __ldcg(out + e);
+            ss += value * value;
+        }
+    }
+    norm_quant_row(v, held, out, ss, g, eps, dim, kp, xq + j * kp, scale + j, xsum + j, red);
 }
