@@ -10,6 +10,12 @@ against the step's wall time (the rest: the host, the submission and the
 wait).
 
     python packages/bitnet-vulkan/bench/step_profile.py [--preset 2b] [--steps 16] [--json F]
+        [--prompt 64 1000] [--keys-per-split 64 16]
+
+With several ``--prompt`` or ``--keys-per-split`` values, every pair runs on the
+same weights, one table each (the decode attention's split size against the
+context: the splits a cache gets are its capacity / keys-per-split, at most
+``MAX_SPLITS``).
 """
 
 from __future__ import annotations
@@ -30,11 +36,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="2b")
     ap.add_argument("--layers", type=int, default=None, help="default: the preset's")
     ap.add_argument("--steps", type=int, default=16)
-    ap.add_argument("--prompt", type=int, default=64, help="prompt tokens before the steps")
+    ap.add_argument(
+        "--prompt",
+        type=int,
+        nargs="+",
+        default=[64],
+        help="prompt tokens before the steps (several: one table each)",
+    )
+    ap.add_argument(
+        "--keys-per-split",
+        type=int,
+        nargs="+",
+        default=None,
+        help="the decode attention's cache rows a split (default: the runner's)",
+    )
+    ap.add_argument("--warmup", type=int, default=64, help="untimed decode steps first")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     from bitnet_core.sdk.step_profile import kernel_rows, report
     from bitnet_vulkan.provider import VulkanProvider
+    from bitnet_vulkan.runner import split_count
     from bitnet_vulkan.timestamps import ENV_TIMESTAMPS
 
     os.environ[ENV_TIMESTAMPS] = "1"  # read when the device is set up
@@ -49,27 +70,45 @@ def main(argv: list[str] | None = None) -> int:
     shape = PRESETS[args.preset]
     if args.layers is not None:
         shape = dataclasses.replace(shape, layers=args.layers)
-    runner = provider.make_runner(random_model(shape, args.prompt + args.steps + 16),
-                                  progress=False)  # fmt: skip
+    model = random_model(shape, max(args.prompt) + args.steps + 16)
+    runner = provider.make_runner(model, progress=False)
     if runner is None:
         raise SystemExit("the fused Vulkan runner is off (BITNET_VULKAN_FUSED=0)")
-    with runner.new_cache() as seq:
-        tok = int(runner.forward(np.arange(1, args.prompt + 1), seq).argmax())
-        for _ in range(3):  # the step is recorded, then replayed
+    with runner.new_cache() as seq:  # untimed: the first steps ran ~2x slower on an H100
+        tok = int(runner.forward([1, 2, 3], seq).argmax())  # (its clocks ramping up)
+        for _ in range(args.warmup):
             tok = int(runner.forward([tok], seq).argmax())
-        timer.times.clear()
-        t0 = time.perf_counter()
-        for _ in range(args.steps):
-            tok = int(runner.forward([tok], seq).argmax())
-        wall = (time.perf_counter() - t0) / args.steps
-    rows = kernel_rows(timer.times, args.steps)
-    title = (f"{avail.device}: {args.preset} shapes, {shape.layers} layers, {args.steps} decode "
-             f"steps after a {args.prompt}-token prompt, one recorded step replayed")  # fmt: skip
-    print(report(title, rows, wall, "host, submission, wait"))
+    runs = []
+    for keys in args.keys_per_split or [runner.keys_per_split]:
+        runner.keys_per_split = keys
+        for prompt in args.prompt:
+            with runner.new_cache() as seq:
+                tok = int(runner.forward(np.arange(1, prompt + 1) % 1000 + 1, seq).argmax())
+                for _ in range(3):  # the step is recorded, then replayed
+                    tok = int(runner.forward([tok], seq).argmax())
+                timer.times.clear()
+                t0 = time.perf_counter()
+                for _ in range(args.steps):
+                    tok = int(runner.forward([tok], seq).argmax())
+                wall = (time.perf_counter() - t0) / args.steps
+                capacity = int(seq.k[0].shape[0])
+            rows = kernel_rows(timer.times, args.steps)
+            splits = split_count(capacity, keys)
+            title = (f"{avail.device}: {args.preset} shapes, {shape.layers} layers, {args.steps} "
+                     f"decode steps after a {prompt}-token prompt, one recorded step replayed; "
+                     f"attention: {splits} splits of a {capacity}-row cache "
+                     f"({keys} rows a split)")  # fmt: skip
+            print(report(title, rows, wall, "host, submission, wait"))
+            runs.append({"prompt": prompt, "keys_per_split": keys, "splits": splits,
+                         "capacity": capacity, "step_wall_us": wall * 1e6,
+                         "kernels": rows})  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"device": avail.device, "preset": args.preset, "layers": shape.layers,
-             "steps": args.steps, "step_wall_us": wall * 1e6, "kernels": rows}, indent=1))  # fmt: skip
+             "steps": args.steps, "runs": runs,
+             # the first run's figures at the top level, as before
+             "step_wall_us": runs[0]["step_wall_us"], "kernels": runs[0]["kernels"]},
+            indent=1))  # fmt: skip
     provider.close()
     return 0
 

@@ -33,8 +33,8 @@ def config() -> BitNetConfig:
     )  # fmt: skip
 
 
-# cache capacities 64 (one attention split) and 128 (two); the 62-token prompt crosses
-# 64 -> 128 rows two steps in, the 124-token one 128 -> 256 (four splits) four steps in
+# cache capacities 64 (four attention splits) and 128 (eight); the 62-token prompt crosses
+# 64 -> 128 rows two steps in, the 124-token one 128 -> 256 (sixteen splits) four steps in
 PROMPTS = [[1, 2, 3], list(range(7, 69)), [11], list(range(20, 144))]
 
 

@@ -14,6 +14,9 @@ MATMUL_GPU = (32, 4)
 MATMUL_CPU = (8, 16)
 #: workgroup size of the subgroup-reduced matmuls (one subgroup a row)
 MATMUL_SG_GPU, MATMUL_SG_CPU = 128, 64
+#: workgroup size of norm_quant.comp (one workgroup a row, 32 values an invocation in
+#: registers: rows up to 8192 on GPUs), at most the device's limit (norm_wg)
+NORM_WG_GPU, NORM_WG_CPU = 256, 64
 SG_TOKENS_PER_PASS = 4  # TOKENS_PER_PASS in matmul_i2s.comp (subgroup variants)
 #: CPU devices (lavapipe) pay per workgroup: a few large ones, each looping, run faster.
 CPU_DEVICE_GROUPS = int(os.environ.get("BITNET_VULKAN_CPU_GROUPS", "64"))
@@ -21,6 +24,12 @@ CPU_DEVICE_GROUPS = int(os.environ.get("BITNET_VULKAN_CPU_GROUPS", "64"))
 
 def pow2_at_least(n: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, 1 << max(int(n) - 1, 0).bit_length()))
+
+
+def norm_wg(info) -> int:
+    """norm_quant.comp's workgroup size on the device ``info`` describes."""
+    wg = NORM_WG_CPU if info.is_cpu else NORM_WG_GPU
+    return min(wg, int(info.limits.get("max_workgroup_invocations", wg)))
 
 
 class VulkanLaunch:

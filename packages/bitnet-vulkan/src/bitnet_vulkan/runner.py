@@ -7,7 +7,7 @@ host pays for every op (about 20 ms a step for 30 layers on lavapipe).
 ``VulkanRunner`` keeps the generic engine's weights upload, KV cache, locking
 and chunked prefill, and replaces its forward pass with fused shaders::
 
-    norm_quant(x, attn_norm)              rmsnorm + int8 quantization (one subgroup a row)
+    norm_quant(x, attn_norm)              rmsnorm + int8 quantization (one workgroup a row)
     matmul_i2s(q|k|v)                     one ternary matmul (weights stacked at load)
     rope_store                            q rotated; k rotated and v written into the cache
     attention_split                       split-K (flash-decoding): (token, head, split) jobs
@@ -58,13 +58,13 @@ from bitnet_core.model.kv_cache import Sequence
 from bitnet_core.model.runner import GenericRunner
 
 from .arrays import Lease, VulkanArray, VulkanWeight
-from .launch import MATMUL_SG_CPU, MATMUL_SG_GPU, pow2_at_least
+from .launch import MATMUL_SG_CPU, MATMUL_SG_GPU, norm_wg, pow2_at_least
 from .stream import Program, pack_push
 
 ENV_FUSED = "BITNET_VULKAN_FUSED"
 ELEMENTWISE_WG = 256
 ATTENTION_SLOTS = 4  # MAX_SLOTS in attention.comp
-KEYS_PER_SPLIT = 64  # cache rows per split of the decode attention
+KEYS_PER_SPLIT = 16  # cache rows per split of the decode attention (see docs/GPU.md)
 MAX_SPLITS = 16
 MAX_PROGRAMS = 16  # recorded decode steps kept (sequences x layouts; least recently used dropped)
 NORM_MODES = {"plain": 0, "silu": 1, "relu2": 2, "combine": 3}
@@ -80,9 +80,9 @@ class Segment:
     splits: int
 
 
-def split_count(capacity: int) -> int:
+def split_count(capacity: int, keys_per_split: int = KEYS_PER_SPLIT) -> int:
     """Key splits of the decode attention over a cache of ``capacity`` rows."""
-    return max(1, min(MAX_SPLITS, capacity // KEYS_PER_SPLIT))
+    return max(1, min(MAX_SPLITS, capacity // keys_per_split))
 
 
 def stack_weights(provider: Any, parts: list[VulkanWeight], name: str) -> VulkanWeight:
@@ -128,6 +128,9 @@ class StepBuffers:
 class VulkanRunner(GenericRunner):
     """``GenericRunner`` with the fused forward pass and recorded decode steps."""
 
+    #: cache rows per split of the decode attention (fewer: more, shorter splits)
+    keys_per_split = KEYS_PER_SPLIT
+
     def __init__(self, provider: Any, weights: Any, **opts: Any) -> None:
         super().__init__(provider, weights, **opts)
         cfg = self.config
@@ -167,6 +170,7 @@ class VulkanRunner(GenericRunner):
         wg = MATMUL_SG_CPU if ctx.info.is_cpu else MATMUL_SG_GPU
         self._row_wg = wg
         self._rows_per_group = max(1, wg // max(ctx.info.subgroup_size, 1))
+        self._norm_wg = norm_wg(ctx.info)  # norm_quant: a workgroup a row
         self._attn_wg = pow2_at_least(-(-cfg.head_dim // ATTENTION_SLOTS), 64, 1024)
 
     def _host_array(self, shape: tuple[int, ...], dtype: Any) -> VulkanArray:
@@ -219,7 +223,7 @@ class VulkanRunner(GenericRunner):
         segments, first = [], 0
         for j, (ids, cache) in enumerate(items):
             t = int(ids.size)
-            splits = split_count(cache.k[0].shape[0]) if t == 1 else 1
+            splits = split_count(cache.k[0].shape[0], self.keys_per_split) if t == 1 else 1
             segments.append(Segment(first, t, cache, splits))
             self._pos_h[first] = cache.length
             self._ids_h[first : first + t] = ids
@@ -332,8 +336,8 @@ class VulkanRunner(GenericRunner):
         d, eps = self.config.head_dim, float(self.config.rms_norm_eps)
         first, splits = (seg.first, seg.splits) if seg is not None else (0, 1)
         push = pack_push("IIIfIIII", rows, cols, words, eps, d, splits, first, stride)
-        groups = (self._provider._groups(rows, self._rows_per_group), 1, 1)
-        self._run("norm_quant", [x, g, xq, xs], push, groups, (self._row_wg, NORM_MODES[mode]))
+        groups = (self._provider._groups(rows, 1), 1, 1)
+        self._run("norm_quant", [x, g, xq, xs], push, groups, (self._norm_wg, NORM_MODES[mode]))
 
     def _matmul(self, w: VulkanWeight, xq: Any, xs: Any, y: Any, t: int, add: bool) -> None:
         p = self._provider
