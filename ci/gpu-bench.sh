@@ -68,11 +68,13 @@ cat "$OUTDIR"/smoke-*.log >"$OUTDIR/smoke.log" 2>/dev/null && rm -f "$OUTDIR"/sm
 stage cuda 150 "$PY" packages/bitnet-cuda/bench/bench_cuda.py --tokens 32 --repeat 20 \
   --json "$RES/cuda.json"
 # where a step's time goes, kernel by kernel (PyTorch's profiler sees the graph's kernels)
-stage cuda 90 "$PY" packages/bitnet-cuda/bench/step_profile.py --steps 16 --json "$RES/cuda-step.json"
+# at a short and a long context (the attention's splits grow with the cache)
+stage cuda 100 "$PY" packages/bitnet-cuda/bench/step_profile.py --steps 16 --prompt 64 1000 \
+  --json "$RES/cuda-step.json"
 stage vulkan 80 "$PY" packages/bitnet-vulkan/bench/bench_vulkan.py --preset 2b --no-cpu \
   --tokens 16 --json "$RES/vulkan.json"
 # where a Vulkan step's time goes, dispatch by dispatch (timestamp queries)
-stage vulkan 60 "$PY" packages/bitnet-vulkan/bench/step_profile.py --steps 16 \
+stage vulkan 60 "$PY" packages/bitnet-vulkan/bench/step_profile.py --steps 16 --prompt 64 1000 \
   --json "$RES/vulkan-step-profile.json"
 stage opencl 70 "$PY" packages/bitnet-opencl/bench/opencl_bench.py --shapes 2b --model small \
   --tokens 16 --cpu-tokens 4 --copy-mb 512 --json "$RES/opencl.json"

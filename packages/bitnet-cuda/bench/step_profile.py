@@ -9,6 +9,11 @@ and that sum against the step's wall time measured without the profiler
 (the rest is the GPU idle between kernels, or the host).
 
     python packages/bitnet-cuda/bench/step_profile.py [--layers 30] [--steps 16] [--json F]
+        [--prompt 64 1000] [--keys-per-split 128 32]
+
+With several ``--prompt`` or ``--keys-per-split`` values, every pair runs on the
+same weights, one table each (the decode attention's split size against the
+context: the splits a cache gets are its capacity / keys-per-split).
 """
 
 from __future__ import annotations
@@ -37,7 +42,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=30)
     ap.add_argument("--steps", type=int, default=16)
-    ap.add_argument("--prompt", type=int, default=64, help="prompt tokens before the steps")
+    ap.add_argument(
+        "--prompt",
+        type=int,
+        nargs="+",
+        default=[64],
+        help="prompt tokens before the steps (several: one table each)",
+    )
+    ap.add_argument(
+        "--keys-per-split",
+        type=int,
+        nargs="+",
+        default=None,
+        help="the decode attention's keys a split (default: the runner's)",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
 
@@ -45,36 +63,49 @@ def main(argv: list[str] | None = None) -> int:
 
     from bitnet_core.hal import select
     from bitnet_core.sdk.step_profile import kernel_rows, report
-    from bitnet_cuda.runner import CudaRunner
+    from bitnet_cuda.runner import CudaRunner, split_count
 
     sel = select("cuda")  # a clear error without a GPU
     provider, cp = sel.provider, sel.provider.cp
     runner = CudaRunner(provider, random_2b4t_weights(args.layers), progress=False)
-    seq = runner.new_cache()
-    runner.forward(np.arange(1, args.prompt + 1), seq)
-    for i in range(4):  # module loads, the graph's capture
-        runner.forward(np.array([i + 1]), seq)
+    device = sel.record.probe().device
+    runs = []
+    for keys in args.keys_per_split or [runner.keys_per_split]:
+        runner.keys_per_split = keys
+        for prompt in args.prompt:
+            seq = runner.new_cache()
+            runner.forward(np.arange(1, prompt + 1) % 1000 + 1, seq)
+            for i in range(4):  # module loads, the graph's capture
+                runner.forward(np.array([i + 1]), seq)
 
-    def steps() -> float:
-        cp.cuda.Device().synchronize()
-        t0 = time.perf_counter()
-        for i in range(args.steps):
-            runner.forward(np.array([i % 1000 + 1]), seq)
-        cp.cuda.Device().synchronize()
-        return (time.perf_counter() - t0) / args.steps
+            def steps(seq=seq) -> float:
+                cp.cuda.Device().synchronize()
+                t0 = time.perf_counter()
+                for i in range(args.steps):
+                    runner.forward(np.array([i % 1000 + 1]), seq)
+                cp.cuda.Device().synchronize()
+                return (time.perf_counter() - t0) / args.steps
 
-    wall = steps()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        steps()
-    rows = kernel_rows(kernel_times(prof), args.steps)
-    title = (f"{sel.record.probe().device}: {args.layers} layers, {args.steps} decode steps "
-             f"after a {args.prompt}-token prompt, CUDA graphs")  # fmt: skip
-    print(report(title, rows, wall, "the GPU idle between kernels, or the host"))
+            wall = steps()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                steps()
+            rows = kernel_rows(kernel_times(prof), args.steps)
+            capacity = int(seq.k[0].shape[0])
+            splits = split_count(capacity, runner.config.num_heads, keys)
+            title = (f"{device}: {args.layers} layers, {args.steps} decode steps after a "
+                     f"{prompt}-token prompt, CUDA graphs; attention: {splits} splits of a "
+                     f"{capacity}-token cache ({keys} keys a split)")  # fmt: skip
+            print(report(title, rows, wall, "the GPU idle between kernels, or the host"))
+            runs.append({"prompt": prompt, "keys_per_split": keys, "splits": splits,
+                         "capacity": capacity, "step_wall_us": wall * 1e6,
+                         "kernels": rows})  # fmt: skip
+            seq.close()
     if args.json:
         Path(args.json).write_text(json.dumps(
-            {"device": sel.record.probe().device, "layers": args.layers, "steps": args.steps,
-             "step_wall_us": wall * 1e6, "kernels": rows}, indent=1))  # fmt: skip
-    seq.close()
+            {"device": device, "layers": args.layers, "steps": args.steps, "runs": runs,
+             # the first run's figures at the top level, as before
+             "step_wall_us": runs[0]["step_wall_us"], "kernels": runs[0]["kernels"]},
+            indent=1))  # fmt: skip
     return 0
 
 
