@@ -3,7 +3,7 @@
 1. device-to-device copy bandwidth (the memory floor's denominator);
 2. kernel times of the ternary matmul for the fused runner's 2B-4T shapes
    (q,k,v 3840x2560, o 2560x2560, gate,up 13824x2560, down 2560x6912) at
-   1, 4, 8 and 16 tokens, and of the float16 head (128256x2560) at 1 and 8
+   1, 4, 8, 16, 32 and 64 tokens, and of the float16 head (128256x2560) at 1 and 8
    (the kernels the runner launches: ``_r2`` below 16 tokens, the head's ``_r4``,
    and beside each the other rows a warp: one-row, ``_r2``, ``_r4``): each kernel
    captured ``GRAPH_LAUNCHES`` times into a CUDA graph and replayed, so no
@@ -63,7 +63,8 @@ def copy_bandwidth(cp, repeat: int) -> float:
 #: the fused runner's matmuls of one 2B-4T layer (q,k,v and gate,up stacked)
 RUNNER_SHAPES_2B = {"qkv": (3840, 2560), "o": (2560, 2560), "gate_up": (13824, 2560),
                     "down": (2560, 6912)}  # fmt: skip
-GEMV_TOKENS = (1, 4, 8, 16)
+#: token counts of the kernel table (32 and 64: where the tensor cores start to beat _r2)
+GEMV_TOKENS = (1, 4, 8, 16, 32, 64)
 GRAPH_LAUNCHES = 20
 
 
