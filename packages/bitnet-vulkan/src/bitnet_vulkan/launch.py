@@ -9,6 +9,10 @@ It needs ``self.context``.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .runtime.devices import DeviceInfo
 
 MATMUL_GPU = (32, 4)
 MATMUL_CPU = (8, 16)
@@ -26,7 +30,7 @@ def pow2_at_least(n: int, lo: int, hi: int) -> int:
     return max(lo, min(hi, 1 << max(int(n) - 1, 0).bit_length()))
 
 
-def norm_wg(info) -> int:
+def norm_wg(info: DeviceInfo) -> int:
     """norm_quant.comp's workgroup size on the device ``info`` describes."""
     wg = NORM_WG_CPU if info.is_cpu else NORM_WG_GPU
     return min(wg, int(info.limits.get("max_workgroup_invocations", wg)))
