@@ -19,9 +19,7 @@ context: the splits a cache gets are its capacity / keys-per-split).
 from __future__ import annotations
 
 import argparse
-import json
 import time
-from pathlib import Path
 
 import numpy as np
 from bench_cuda import random_2b4t_weights  # beside this script
@@ -39,30 +37,22 @@ def kernel_times(prof) -> dict[str, tuple[float, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bitnet_core.sdk.step_profile import (
+        add_run_options,
+        kernel_rows,
+        report,
+        run_record,
+        write_runs,
+    )
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", type=int, default=30)
-    ap.add_argument("--steps", type=int, default=16)
-    ap.add_argument(
-        "--prompt",
-        type=int,
-        nargs="+",
-        default=[64],
-        help="prompt tokens before the steps (several: one table each)",
-    )
-    ap.add_argument(
-        "--keys-per-split",
-        type=int,
-        nargs="+",
-        default=None,
-        help="the decode attention's keys a split (default: the runner's)",
-    )
-    ap.add_argument("--json", default=None)
+    add_run_options(ap, "keys")
     args = ap.parse_args(argv)
 
     from torch.profiler import ProfilerActivity, profile
 
     from bitnet_core.hal import select
-    from bitnet_core.sdk.step_profile import kernel_rows, report
     from bitnet_cuda.runner import CudaRunner, split_count
 
     sel = select("cuda")  # a clear error without a GPU
@@ -96,16 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                      f"{prompt}-token prompt, CUDA graphs; attention: {splits} splits of a "
                      f"{capacity}-token cache ({keys} keys a split)")  # fmt: skip
             print(report(title, rows, wall, "the GPU idle between kernels, or the host"))
-            runs.append({"prompt": prompt, "keys_per_split": keys, "splits": splits,
-                         "capacity": capacity, "step_wall_us": wall * 1e6,
-                         "kernels": rows})  # fmt: skip
+            runs.append(run_record(prompt, keys, splits, capacity, wall, rows))
             seq.close()
-    if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"device": device, "layers": args.layers, "steps": args.steps, "runs": runs,
-             # the first run's figures at the top level, as before
-             "step_wall_us": runs[0]["step_wall_us"], "kernels": runs[0]["kernels"]},
-            indent=1))  # fmt: skip
+    write_runs(args.json, {"device": device, "layers": args.layers, "steps": args.steps}, runs)
     return 0
 
 

@@ -22,38 +22,28 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 from bench_vulkan import PRESETS, random_model  # beside this script
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bitnet_core.sdk.step_profile import (
+        add_run_options,
+        kernel_rows,
+        report,
+        run_record,
+        write_runs,
+    )
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", choices=sorted(PRESETS), default="2b")
     ap.add_argument("--layers", type=int, default=None, help="default: the preset's")
-    ap.add_argument("--steps", type=int, default=16)
-    ap.add_argument(
-        "--prompt",
-        type=int,
-        nargs="+",
-        default=[64],
-        help="prompt tokens before the steps (several: one table each)",
-    )
-    ap.add_argument(
-        "--keys-per-split",
-        type=int,
-        nargs="+",
-        default=None,
-        help="the decode attention's cache rows a split (default: the runner's)",
-    )
+    add_run_options(ap, "cache rows")
     ap.add_argument("--warmup", type=int, default=64, help="untimed decode steps first")
-    ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    from bitnet_core.sdk.step_profile import kernel_rows, report
     from bitnet_vulkan.provider import VulkanProvider
     from bitnet_vulkan.runner import split_count
     from bitnet_vulkan.timestamps import ENV_TIMESTAMPS
@@ -99,16 +89,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"attention: {splits} splits of a {capacity}-row cache "
                      f"({keys} rows a split)")  # fmt: skip
             print(report(title, rows, wall, "host, submission, wait"))
-            runs.append({"prompt": prompt, "keys_per_split": keys, "splits": splits,
-                         "capacity": capacity, "step_wall_us": wall * 1e6,
-                         "kernels": rows})  # fmt: skip
-    if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"device": avail.device, "preset": args.preset, "layers": shape.layers,
-             "steps": args.steps, "runs": runs,
-             # the first run's figures at the top level, as before
-             "step_wall_us": runs[0]["step_wall_us"], "kernels": runs[0]["kernels"]},
-            indent=1))  # fmt: skip
+            runs.append(run_record(prompt, keys, splits, capacity, wall, rows))
+    header = {"device": avail.device, "preset": args.preset, "layers": shape.layers,
+              "steps": args.steps}  # fmt: skip
+    write_runs(args.json, header, runs)
     provider.close()
     return 0
 
