@@ -640,7 +640,7 @@ extern "C" __global__ void embed_f32(const float* __restrict__ table, const int*
     embed_body(table, ids, x, d, stride);
 }
 
-// The norm kernels below keep a row in registers when it fits (kp <= H * blockDim.x):
+// The norm kernels below keep a row in registers when it fits (row_held):
 // value i in v[j] of thread i % blockDim.x, j = i / blockDim.x. Each thread then reads its
 // values once, with all the loads in flight together, instead of once a pass (three
 // passes of dependent loads, the latency of each: a 2560-row took 8 us, a 6912-row 21 on
@@ -650,19 +650,22 @@ extern "C" __global__ void embed_f32(const float* __restrict__ table, const int*
 #define COMBINE_BLOCK 256  // attn_combine_norm_quant: runner.py's COMBINE_THREADS
 #define NORM_HELD 32       // values a thread holds: rows up to 8192 in 256 threads
 
-// quantize_row over the values this thread holds (kp <= H * blockDim.x).
-template <int H>
-__device__ void quantize_held(const float (&v)[H], int k, int kp, int8_t* __restrict__ xq,
-                              float* __restrict__ scale, int* __restrict__ xsum, float* red) {
+// Whether a row of kp int8 codes is held in registers, NORM_HELD values a thread.
+__device__ __forceinline__ bool row_held(int kp) { return kp <= NORM_HELD * (int)blockDim.x; }
+
+// quantize_row over the values this thread holds (row_held(kp)).
+__device__ void quantize_held(const float (&v)[NORM_HELD], int k, int kp,
+                              int8_t* __restrict__ xq, float* __restrict__ scale,
+                              int* __restrict__ xsum, float* red) {
     float m = 0.0f;
 #pragma unroll
-    for (int j = 0; j < H; j++)
+    for (int j = 0; j < NORM_HELD; j++)
         if (threadIdx.x + j * blockDim.x < k) m = fmaxf(m, fabsf(v[j]));
     m = block_max(m, red);
     const float s = 127.0f / fmaxf(m, 1e-5f);
     float acc = 0.0f;
 #pragma unroll
-    for (int j = 0; j < H; j++) {
+    for (int j = 0; j < NORM_HELD; j++) {
         const int i = threadIdx.x + j * blockDim.x;
         if (i < kp) {
             int q = 0;
@@ -685,8 +688,7 @@ __device__ void quantize_held(const float (&v)[H], int k, int kp, int8_t* __rest
 // part of the sum of squares; the thread holds its values in v (held) or wrote them to
 // `row` at i = threadIdx.x + j * blockDim.x. The same float operations in the same order
 // as rmsnorm then quantize_act.
-template <int H>
-__device__ void norm_quant_row(float (&v)[H], bool held, const float* row, float ss,
+__device__ void norm_quant_row(float (&v)[NORM_HELD], bool held, const float* row, float ss,
                                const float* __restrict__ g, float eps, int d, int kp,
                                int8_t* __restrict__ xq, float* __restrict__ scale,
                                int* __restrict__ xsum, float* red) {
@@ -694,7 +696,7 @@ __device__ void norm_quant_row(float (&v)[H], bool held, const float* row, float
     const float inv = rsqrtf(ss / (float)d + eps);
     if (held) {
 #pragma unroll
-        for (int j = 0; j < H; j++) {
+        for (int j = 0; j < NORM_HELD; j++) {
             const int i = threadIdx.x + j * blockDim.x;
             if (i < d) v[j] = v[j] * inv * g[i];
         }
@@ -702,6 +704,29 @@ __device__ void norm_quant_row(float (&v)[H], bool held, const float* row, float
     } else {
         quantize_row([&](int i) { return row[i] * inv * g[i]; }, d, kp, xq, scale, xsum, red);
     }
+}
+
+// This thread's part of a row of d values value(i), i = threadIdx.x + j * blockDim.x: kept
+// in v when held (all the loads first), and the sum of their squares, in that order.
+template <typename Value>
+__device__ float read_row(float (&v)[NORM_HELD], bool held, int d, Value value) {
+    float ss = 0.0f;
+    if (held) {
+#pragma unroll
+        for (int j = 0; j < NORM_HELD; j++) {
+            const int i = threadIdx.x + j * blockDim.x;
+            v[j] = i < d ? value(i) : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < NORM_HELD; j++)
+            if (threadIdx.x + j * blockDim.x < d) ss += v[j] * v[j];
+    } else {
+        for (int i = threadIdx.x; i < d; i += blockDim.x) {
+            const float x = value(i);
+            ss += x * x;
+        }
+    }
+    return ss;
 }
 
 // quantize_act(rmsnorm(x, g)) for rows of d: one block per row.
@@ -712,20 +737,9 @@ extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
     __shared__ float red[32];
     const int t = blockIdx.x;
     const float* row = x + (size_t)t * d;
-    const bool held = kp <= NORM_HELD * (int)blockDim.x;
-    float v[NORM_HELD], ss = 0.0f;
-    if (held) {
-#pragma unroll
-        for (int j = 0; j < NORM_HELD; j++) {
-            const int i = threadIdx.x + j * blockDim.x;
-            v[j] = i < d ? row[i] : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < NORM_HELD; j++)
-            if (threadIdx.x + j * blockDim.x < d) ss += v[j] * v[j];
-    } else {
-        for (int i = threadIdx.x; i < d; i += blockDim.x) ss += row[i] * row[i];
-    }
+    const bool held = row_held(kp);
+    float v[NORM_HELD];
+    const float ss = read_row(v, held, d, [&](int i) { return row[i]; });
     norm_quant_row(v, held, row, ss, g, eps, d, kp, xq + (size_t)t * kp, scale + t, xsum + t,
                    red);
 }
@@ -748,29 +762,13 @@ extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
     const int t = blockIdx.x;
     const float* gate = gu + (size_t)t * 2 * n;
     float* row = f + (size_t)t * n;
-    const bool held = kp <= NORM_HELD * (int)blockDim.x;
-    float v[NORM_HELD], ss = 0.0f;
-    if (held) {
-#pragma unroll
-        for (int j = 0; j < NORM_HELD; j++) {
-            const int i = threadIdx.x + j * blockDim.x;
-            v[j] = i < n ? gated(gate[i], gate[n + i], act) : 0.0f;
-        }
-#pragma unroll
-        for (int j = 0; j < NORM_HELD; j++) {
-            const int i = threadIdx.x + j * blockDim.x;
-            if (i < n) {
-                row[i] = v[j];
-                ss += v[j] * v[j];
-            }
-        }
-    } else {
-        for (int i = threadIdx.x; i < n; i += blockDim.x) {
-            const float value = gated(gate[i], gate[n + i], act);
-            row[i] = value;
-            ss += value * value;
-        }
-    }
+    const bool held = row_held(kp);
+    float v[NORM_HELD];
+    const float ss = read_row(v, held, n, [&](int i) {
+        const float value = gated(gate[i], gate[n + i], act);
+        row[i] = value;  // the scratch copy (the loops of quantize_row read it)
+        return value;
+    });
     norm_quant_row(v, held, row, ss, g, eps, n, kp, xq + (size_t)t * kp, scale + t, xsum + t,
                    red);
 }
@@ -1004,22 +1002,8 @@ extern "C" __global__ void __launch_bounds__(COMBINE_BLOCK)
     if (threadIdx.x == 0) done[j] = 0;
     // the whole row, other blocks' outputs too (read through L2: __ldcg)
     const int dim = hq * d;
-    const bool held = kp <= NORM_HELD * (int)blockDim.x;
-    float v[NORM_HELD], ss = 0.0f;
-    if (held) {
-#pragma unroll
-        for (int k = 0; k < NORM_HELD; k++) {
-            const int e = threadIdx.x + k * blockDim.x;
-            v[k] = e < dim ? __ldcg(out + e) : 0.0f;
-        }
-#pragma unroll
-        for (int k = 0; k < NORM_HELD; k++)
-            if (threadIdx.x + k * blockDim.x < dim) ss += v[k] * v[k];
-    } else {
-        for (int e = threadIdx.x; e < dim; e += blockDim.x) {
-            const float value = __ldcg(out + e);
-            ss += value * value;
-        }
-    }
+    const bool held = row_held(kp);
+    float v[NORM_HELD];
+    const float ss = read_row(v, held, dim, [&](int e) { return __ldcg(out + e); });
     norm_quant_row(v, held, out, ss, g, eps, dim, kp, xq + j * kp, scale + j, xsum + j, red);
 }
