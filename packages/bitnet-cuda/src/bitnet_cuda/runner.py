@@ -209,7 +209,7 @@ class CudaRunner(GenericRunner):
         )
         splits = split_count(int(cache.k[0].shape[0]), self.config.num_heads, self.keys_per_split)
         key += (tuple(cache.k[0].shape), str(cache.k[0].dtype), splits)
-        self._run_step(key, b, self._decode_attention(b, cache))
+        self._run_step(key, b, self._decode_attention(b, cache, splits))
         return self._download(b.logits)
 
     # --- a batched decode step ----------------------------------------------------------
@@ -346,13 +346,12 @@ class CudaRunner(GenericRunner):
 
         return attend
 
-    def _decode_attention(self, b: StepBuffers, cache: Sequence) -> Attend:
+    def _decode_attention(self, b: StepBuffers, cache: Sequence, splits: int) -> Attend:
         """Layer attention of one token at position ``b.pos`` (read on the device, so the
         launches can be captured): rope + store, then flash-decoding splits."""
         cfg = self.config
         hq, hkv = cfg.num_heads, cfg.num_kv_heads
         f16 = cache.k[0].dtype == np.float16
-        splits = split_count(int(cache.k[0].shape[0]), hq, self.keys_per_split)
 
         def attend(i: int, lw: FusedLayer) -> None:
             kc, vc = cache.layer(i)
