@@ -48,23 +48,29 @@ float relu2(float v) { float r = max(v, 0.0); return r * r; }
 // The split records of row t's head h start at x[head_base(t, h)], p.dim + 2 floats each.
 uint head_base(uint t, uint h) { return (t * (p.cols / p.dim) + h) * p.stride * (p.dim + 2u); }
 
+// The largest running max M of the head's splits at base.
+float head_max(uint base) {
+    float m = -1.0 / 0.0;
+    for (uint s = 0u; s < p.splits; s++) m = max(m, x[base + s * (p.dim + 2u)]);
+    return m;
+}
+
+// e^(m - M) of the split record at r (empty splits: m = M = -inf gives 1, their l and acc
+// being 0).
+float split_scale(uint r, float m) { return x[r] == m ? 1.0 : exp(x[r] - m); }
+
 // Row t's split weights into split_weight (an invocation a head).
 void split_weights(uint t) {
     uint heads = p.cols / p.dim, rec = p.dim + 2u;
     barrier();  // the previous row's weights are no longer read
     for (uint h = gl_LocalInvocationID.x; h < heads; h += gl_WorkGroupSize.x) {
         uint base = head_base(t, h);
-        float m = -1.0 / 0.0;
-        for (uint s = 0u; s < p.splits; s++) m = max(m, x[base + s * rec]);
+        float m = head_max(base);
         float l = 0.0;
-        for (uint s = 0u; s < p.splits; s++) {
-            uint r = base + s * rec;
-            l += x[r + 1u] * (x[r] == m ? 1.0 : exp(x[r] - m));
-        }
-        for (uint s = 0u; s < p.splits; s++) {
-            uint r = base + s * rec;
-            split_weight[h * p.splits + s] = (x[r] == m ? 1.0 : exp(x[r] - m)) / l;
-        }
+        for (uint s = 0u; s < p.splits; s++)
+            l += x[base + s * rec + 1u] * split_scale(base + s * rec, m);
+        for (uint s = 0u; s < p.splits; s++)
+            split_weight[h * p.splits + s] = split_scale(base + s * rec, m) / l;
     }
     barrier();
 }
@@ -82,12 +88,11 @@ float value(uint t, uint k) {
             a += split_weight[h * p.splits + s] * x[base + s * rec + 2u + d];
         return a;
     }
-    float m = -1.0 / 0.0;
-    for (uint s = 0u; s < p.splits; s++) m = max(m, x[base + s * rec]);
+    float m = head_max(base);
     float l = 0.0, a = 0.0;
     for (uint s = 0u; s < p.splits; s++) {
         uint r = base + s * rec;
-        float e = x[r] == m ? 1.0 : exp(x[r] - m);  // empty splits: m = -inf, l = acc = 0
+        float e = split_scale(r, m);
         l += x[r + 1u] * e;
         a += x[r + 2u + d] * e;
     }
