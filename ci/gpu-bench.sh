@@ -4,7 +4,9 @@
 # since it checks results, not speed), then, one at a time, the CUDA, Vulkan and
 # OpenCL benchmarks on the 2B-4T shapes, the kernel-by-kernel time of a CUDA and
 # a Vulkan decode step, and the host time of a decode step per engine (the fused
-# paths against the generic engine) on Vulkan, OpenCL and WebGPU.
+# paths against the generic engine) on Vulkan, OpenCL and WebGPU; last, with what
+# time is left, the host's own CPU (the CPU engine's tests and benchmarks on many
+# cores with AVX-512).
 #
 #   here, before each device session:  bash ci/gpu-prepare.sh
 #   there:       bash ci/gpu-bench.sh [OUTDIR]      (device tool: carry .gl and .whl)
@@ -86,5 +88,26 @@ if [ -n "$M" ]; then
   stage steps 20 "$PY" packages/bitnet-webgpu/bench/decode_step.py -m "$M" --steps 20
   BITNET_WEBGPU_FUSED=0 stage steps 20 "$PY" packages/bitnet-webgpu/bench/decode_step.py -m "$M" --steps 20
 fi
+
+# --- the host's own CPU, last: many cores with AVX-512 (the lent H100's host: 16 cores,
+# cpu-avx512), which no CI machine has. The CPU engine's tests on its real AVX-512
+# build and thread count, the machine's ceilings, then decode and prompt of the
+# 700M-shaped model per thread count and on the AVX2 path (docs/CPU_KERNELS.md,
+# "Many cores and NUMA"). llama-cpp-python is not installed there: no ratios.
+lscpu >"$OUTDIR/lscpu.txt" 2>&1
+stage host-cpu 120 "$PY" -m pytest -q -p no:cacheprovider -m "not crossval and not fuzz and not cross" \
+  packages/bitnet-core/tests/test_cpu_kernels.py packages/bitnet-core/tests/test_cpu_runner.py \
+  packages/bitnet-core/tests/test_cpu_conformance.py packages/bitnet-core/tests/test_kv_dtype.py
+NCPU="$(nproc)"
+stage host-cpu 60 "$PY" tools/bench/machine_probe.py --threads 1 2 4 8 "$NCPU" --reps 3
+CPU_MODEL=/tmp/large-tq2_0.gguf
+for t in "$NCPU" 8 2; do
+  MAKE=(--model "$CPU_MODEL")
+  [ -f "$CPU_MODEL" ] || MAKE=(--make "$CPU_MODEL")
+  stage host-cpu 60 "$PY" tools/bench/model_vs_llamacpp.py "${MAKE[@]}" --no-llama --threads "$t" \
+    --runs 2 --out "$RES/host-cpu-t$t.json"
+done
+stage host-cpu 60 "$PY" tools/bench/model_vs_llamacpp.py --model "$CPU_MODEL" --no-llama \
+  --device cpu-avx2 --threads "$NCPU" --runs 2 --out "$RES/host-cpu-avx2-t$NCPU.json"
 
 tar -czf "$OUTDIR/results.tgz" -C "$OUTDIR" results && rm -rf "$RES"

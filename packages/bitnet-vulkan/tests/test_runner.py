@@ -103,14 +103,20 @@ def test_decode_step_is_one_submission(vk, weights):
 
 @pytest.mark.parametrize("kv_type", ["float16"])
 def test_float16_cache_greedy_tokens(vk, weights, kv_type):
+    """Against ``cpu-reference`` with the same cache dtype, as tight as the float32 test.
+
+    (The float16 cache moves these logits ~2% from a float32 one, so a cache
+    read or written as the wrong dtype shows.) The reference, not the native
+    CPU engine: the host's ISA stays out of a GPU test.
+    """
     from bitnet_core.model.kv_cache import KVCacheConfig
 
     kv = KVCacheConfig(dtype=kv_type)
-    ref = Model.from_weights(weights, device="cpu", kv_cache=kv)
+    ref = Model.from_weights(weights, device="cpu-reference", kv_cache=kv)
     dev = Model.from_weights(weights, device="vulkan", kv_cache=kv)
     assert str(dev.runner.kv.dtype) == kv_type
     a, b = ref.logits(PROMPT), dev.logits(PROMPT)
-    assert rel_l2(a, b) < 1e-2 and (a.argmax(-1) == b.argmax(-1)).mean() >= 0.9
+    assert rel_l2(a, b) < 1e-3 and (a.argmax(-1) == b.argmax(-1)).all()
     got = dev.generate_ids(PROMPT, max_tokens=40, temperature=0)
     assert got == ref.generate_ids(PROMPT, max_tokens=40, temperature=0)
 
