@@ -104,8 +104,10 @@ CPU_MODEL=/tmp/large-tq2_0.gguf
 for t in "$NCPU" 8 2; do
   MAKE=(--model "$CPU_MODEL")
   [ -f "$CPU_MODEL" ] || MAKE=(--make "$CPU_MODEL")
+  # tq1_160 (1.6 bits) beside TQ2_0: compute-bound on 2 AVX2 cores, it may win where
+  # many AVX-512 cores share one memory (CPU_KERNELS.md, "Defaults")
   stage host-cpu 60 "$PY" tools/bench/model_vs_llamacpp.py "${MAKE[@]}" --no-llama --threads "$t" \
-    --runs 2 --out "$RES/host-cpu-t$t.json"
+    --runs 2 --variant tq1:BITNET_CPU_LAYOUT=tq1_160 --out "$RES/host-cpu-t$t.json"
 done
 stage host-cpu 60 "$PY" tools/bench/model_vs_llamacpp.py --model "$CPU_MODEL" --no-llama \
   --device cpu-avx2 --threads "$NCPU" --runs 2 --out "$RES/host-cpu-avx2-t$NCPU.json"
