@@ -6,7 +6,7 @@
 # a Vulkan decode step, and the host time of a decode step per engine (the fused
 # paths against the generic engine) on Vulkan, OpenCL and WebGPU; last, with what
 # time is left, the host's own CPU (the CPU engine's tests and benchmarks on many
-# cores with AVX-512).
+# cores with AVX-512: ci/host-cpu.sh).
 #
 #   here, before each device session:  bash ci/gpu-prepare.sh
 #   there:       bash ci/gpu-bench.sh [OUTDIR]      (device tool: carry .gl and .whl)
@@ -28,20 +28,8 @@ source ci/gpu-env.sh >"$OUTDIR/setup.log" 2>&1 || echo "gpu-env failed" >>"$OUTD
 SCALE="${BITNET_GPU_STAGE_SCALE:-1}"
 DEADLINE=$(($(date +%s) + ${BITNET_GPU_BUDGET:-540}))
 
-stage() {  # stage NAME SECONDS CMD...: CMD's output to NAME.log, its exit code to summary.txt
-  local name=$1 limit t0 rc
-  limit=$(awk -v s="$2" -v k="$SCALE" 'BEGIN { printf "%d", s * k }')
-  shift 2
-  t0=$(date +%s)
-  if [ $((DEADLINE - t0)) -lt "$limit" ]; then limit=$((DEADLINE - t0)); fi
-  if [ "$limit" -lt 5 ]; then
-    echo "$name: skipped (the budget is spent)" | tee -a "$OUTDIR/summary.txt"
-    return
-  fi
-  timeout -k 5 "$limit" "$@" >>"$OUTDIR/$name.log" 2>&1
-  rc=$?
-  echo "$name: rc=$rc ($(($(date +%s) - t0)) s of $limit)" | tee -a "$OUTDIR/summary.txt"
-}
+# shellcheck source=ci/stages.sh
+source ci/stages.sh
 
 "$PY" -c "import sys; from bitnet_core.cli.main import main; sys.exit(main(['devices']))" \
   >>"$OUTDIR/setup.log" 2>&1
@@ -89,27 +77,14 @@ if [ -n "$M" ]; then
   BITNET_WEBGPU_FUSED=0 stage steps 20 "$PY" packages/bitnet-webgpu/bench/decode_step.py -m "$M" --steps 20
 fi
 
-# --- the host's own CPU, last: many cores with AVX-512 (the lent H100's host: 16 cores,
-# cpu-avx512), which no CI machine has. The CPU engine's tests on its real AVX-512
-# build and thread count, the machine's ceilings, then decode and prompt of the
-# 700M-shaped model per thread count and on the AVX2 path (docs/CPU_KERNELS.md,
-# "Many cores and NUMA"). llama-cpp-python is not installed there: no ratios.
-lscpu >"$OUTDIR/lscpu.txt" 2>&1
-stage host-cpu 120 "$PY" -m pytest -q -p no:cacheprovider -m "not crossval and not fuzz and not cross" \
-  packages/bitnet-core/tests/test_cpu_kernels.py packages/bitnet-core/tests/test_cpu_runner.py \
-  packages/bitnet-core/tests/test_cpu_conformance.py packages/bitnet-core/tests/test_kv_dtype.py
-NCPU="$(nproc)"
-stage host-cpu 60 "$PY" tools/bench/machine_probe.py --threads 1 2 4 8 "$NCPU" --reps 3
-CPU_MODEL=/tmp/large-tq2_0.gguf
-for t in "$NCPU" 8 2; do
-  MAKE=(--model "$CPU_MODEL")
-  [ -f "$CPU_MODEL" ] || MAKE=(--make "$CPU_MODEL")
-  # tq1_160 (1.6 bits) beside TQ2_0: compute-bound on 2 AVX2 cores, it may win where
-  # many AVX-512 cores share one memory (CPU_KERNELS.md, "Defaults")
-  stage host-cpu 60 "$PY" tools/bench/model_vs_llamacpp.py "${MAKE[@]}" --no-llama --threads "$t" \
-    --runs 2 --variant tq1:BITNET_CPU_LAYOUT=tq1_160 --out "$RES/host-cpu-t$t.json"
-done
-stage host-cpu 60 "$PY" tools/bench/model_vs_llamacpp.py --model "$CPU_MODEL" --no-llama \
-  --device cpu-avx2 --threads "$NCPU" --runs 2 --out "$RES/host-cpu-avx2-t$NCPU.json"
+# --- the host's own CPU, last, in what time is left: many cores with AVX-512 on the
+# lent H100's host (16 cores, cpu-avx512), which no CI machine has (ci/host-cpu.sh)
+left=$((DEADLINE - $(date +%s) - 10))
+if [ "$left" -ge 30 ]; then
+  PY="$PY" BITNET_HOST_BUDGET="$left" bash ci/host-cpu.sh "$OUTDIR/host-cpu" "$RES/host-cpu" \
+    | sed 's/^/host-cpu: /' | tee -a "$OUTDIR/summary.txt"
+else
+  echo "host-cpu: skipped (the budget is spent)" | tee -a "$OUTDIR/summary.txt"
+fi
 
 tar -czf "$OUTDIR/results.tgz" -C "$OUTDIR" results && rm -rf "$RES"

@@ -6,7 +6,8 @@
 #   .whl/  cp312 manylinux wheels of pyopencl, vulkan, wgpu, gguf and their needs,
 #          and the workspace's pure-Python wheels (the backends, built here, where
 #          glslangValidator and the registry are; bitnet-core too, for CPython 3.12,
-#          where a 3.12 interpreter is at hand, else it is compiled there)
+#          where a 3.12 interpreter is at hand, else it is compiled there);
+#          .whl/host/: what ci/host-cpu.sh needs there (see below)
 # Both folders are git-ignored; carry them to the GPU machine with the tree
 # (device tool: carry [".gl", ".whl"]). Then run bash ci/gpu-bench.sh (everything,
 # in one call) or bash ci/gpu-smoke.sh (the smoke lane alone) there.
@@ -44,6 +45,31 @@ for py in "$(command -v python3.12 || true)" $(ls -d "$HOME"/.pyenv/versions/3.1
     break
   fi
 done
+# .whl/host/: what ci/host-cpu.sh adds there (into a site of its own, not the GPU
+# stages'): the server's packages for the HTTP streams, and llama-cpp-python built
+# for AVX-512 (the host is cpu-avx512; the registry's wheel and a GGML_NATIVE build
+# here are AVX2), compiled once per machine (~15 min on 2 cores) into the wheel
+# cache. BITNET_GPU_HOST_WHEELS=0 skips both.
+if [ "${BITNET_GPU_HOST_WHEELS:-1}" != 0 ]; then
+  mkdir -p .whl/host
+  HOST_WHEELS=(fastapi starlette pydantic pydantic-core annotated-types typing-inspection
+    typing-extensions uvicorn h11 click anyio idna httpx httpcore certifi httptools uvloop
+    diskcache jinja2 markupsafe)
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d .whl/host \
+    "${HOST_WHEELS[@]}" || echo "gpu-prepare: WARNING: the server's wheels did not download"
+  LLAMA512="${BITNET_WHEEL_CACHE:-$HOME/.cache/bitnet-ci/wheels}/avx512"
+  if ! ls "$LLAMA512"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then
+    echo "gpu-prepare: building llama-cpp-python 0.3.36 for AVX-512 (once per machine)"
+    mkdir -p "$LLAMA512"
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+-DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON" python3 -m pip wheel -q --no-deps \
+      --no-cache-dir --no-binary llama-cpp-python --wheel-dir "$LLAMA512" "llama-cpp-python==0.3.36" \
+      || echo "gpu-prepare: WARNING: llama-cpp-python did not build (host-cpu runs without it)"
+  fi
+  cp "$LLAMA512"/llama_cpp_python-0.3.36-*.whl .whl/host/ 2>/dev/null || true
+fi
 # what the wheels were built from: ci/gpu-env.sh checks the tree there against it
 git ls-files --cached --others --exclude-standard packages | xargs sha1sum >.whl/SOURCES.sha1
 ls .gl .whl

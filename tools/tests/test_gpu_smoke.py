@@ -76,9 +76,29 @@ def test_gpu_bench_ends_inside_its_budget_with_every_stage_accounted_for(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = (tmp_path / "summary.txt").read_text()
     assert "GPU providers:" in summary
-    for stage in ("smoke-vulkan", "cuda", "vulkan", "opencl", "steps"):
+    for stage in ("smoke-vulkan", "cuda", "vulkan", "opencl", "steps", "host-cpu"):
         assert f"\n{stage}: " in "\n" + summary, summary
     assert "PROVIDER" in (tmp_path / "setup.log").read_text()  # `bitnet devices` ran
     with tarfile.open(tmp_path / "results.tgz") as tar:
         assert any(n.startswith("results") for n in tar.getnames())
     assert elapsed < 25 + 60  # the budget, setup and the last stage's grace
+
+
+def test_host_cpu_ends_inside_its_budget_with_every_stage_accounted_for(tmp_path):
+    """ci/host-cpu.sh with a 20-second budget: the machine is named, every stage runs cut
+    to its share or is skipped, and the logs land where asked."""
+    env = dict(os.environ, BITNET_HOST_BUDGET="20", BITNET_GPU_STAGE_SCALE="0.05")
+    env.pop("PY", None)
+    out, res = tmp_path / "out", tmp_path / "res"
+    t0 = time.perf_counter()
+    proc = subprocess.run(["bash", str(ROOT / "ci" / "host-cpu.sh"), str(out), str(res)],
+                          capture_output=True, text=True, timeout=180, env=env)  # fmt: skip
+    elapsed = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    summary = (out / "summary.txt").read_text()
+    assert f"{len(os.sched_getaffinity(0))} CPUs" in summary, summary
+    assert "llama-cpp-python: " in summary, summary
+    for stage in ("tests", "probe", "issue29", "issue28", "sweep"):
+        assert f"\n{stage}: " in "\n" + summary, summary
+    assert (out / "lscpu.txt").exists() and res.is_dir()
+    assert elapsed < 20 + 60  # the budget, setup and the last stage's grace
