@@ -52,10 +52,10 @@ done
 # cache. BITNET_GPU_HOST_WHEELS=0 skips both.
 if [ "${BITNET_GPU_HOST_WHEELS:-1}" != 0 ]; then
   mkdir -p .whl/host
-  HOST_WHEELS=(fastapi starlette pydantic pydantic-core annotated-types typing-inspection
-    typing-extensions uvicorn h11 click anyio idna httpx httpcore certifi httptools uvloop
-    diskcache jinja2 markupsafe)
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  # resolved with their dependencies (the server's extra, the load test's client,
+  # llama-cpp-python's imports)
+  HOST_WHEELS=(fastapi uvicorn httptools uvloop httpx diskcache jinja2)
+  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d .whl/host \
     "${HOST_WHEELS[@]}" || echo "gpu-prepare: WARNING: the server's wheels did not download"

@@ -30,10 +30,12 @@ if [ -z "${PY:-}" ]; then
 fi
 # the lent machine (no .venv: PY is its python3) gets the wheels ci/gpu-prepare.sh
 # carried for this script, in a site of its own
+CARRIED=0
 if [ "$PY" = python3 ] && ls .whl/host/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/host-site .whl/host/*.whl >>"$OUTDIR/setup.log" 2>&1
   export PYTHONPATH="/tmp/host-site${PYTHONPATH:+:$PYTHONPATH}"
+  CARRIED=1
 fi
 SCALE="${BITNET_GPU_STAGE_SCALE:-1}"
 DEADLINE=$(($(date +%s) + ${BITNET_HOST_BUDGET:-540}))
@@ -44,8 +46,13 @@ lscpu >"$OUTDIR/lscpu.txt" 2>&1
 NCPU="$(nproc)"
 echo "$(grep -m1 'Model name' "$OUTDIR/lscpu.txt" | sed 's/  */ /g'), $NCPU CPUs" \
   | tee -a "$OUTDIR/summary.txt"
-LLAMA=()
-"$PY" -c "import llama_cpp" 2>>"$OUTDIR/setup.log" || LLAMA=(--no-llama)
+# llama-cpp-python where it imports; the carried build is for AVX-512 VNNI, which
+# elsewhere dies of SIGILL at its first kernel (and takes its rounds with it)
+LLAMA=(--no-llama)
+if "$PY" -c "import llama_cpp" 2>>"$OUTDIR/setup.log" \
+  && { [ "$CARRIED" = 0 ] || grep -qw avx512_vnni /proc/cpuinfo; }; then
+  LLAMA=()
+fi
 echo "llama-cpp-python: ${LLAMA[*]:-installed}" | tee -a "$OUTDIR/summary.txt"
 MODEL=/tmp/large-tq2_0.gguf
 BENCH=(tools/bench/model_vs_llamacpp.py --n-prompt 128 --n-gen 128)

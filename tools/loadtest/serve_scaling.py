@@ -38,7 +38,7 @@ from server_load import one, start_local_server  # noqa: E402
 def bench_decode(gguf: str, threads: int, tokens: int) -> float:
     """``bitnet bench`` decode tokens/s on the same file and threads."""
     out = subprocess.run(
-        [str(Path(sys.executable).parent / "bitnet"), "bench", "-m", gguf, "-p", "16",
+        [sys.executable, "-m", "bitnet_core", "bench", "-m", gguf, "-p", "16",
          "-n", str(tokens), "--threads", str(threads), "--device", "cpu", "--json"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip

@@ -91,3 +91,19 @@ def test_bench_reports_the_devices_kv_type(model_file, capsys, clean_registry):
     argv = ["bench", "-m", str(model_file), "-p", "4", "-n", "2", "--json", "--no-progress"]
     assert main([*argv, "--device", "cpu-reference"]) == 0
     assert json.loads(capsys.readouterr().out)["kv_cache_dtype"] == "float32"  # the spec's default
+
+
+def test_python_m_bitnet_core_is_the_bitnet_command():
+    """``python -m bitnet_core`` runs the CLI (where the ``bitnet`` script is not on
+    PATH) and passes its exit status through."""
+    import subprocess
+    import sys
+
+    from bitnet_core import __version__
+
+    ok = subprocess.run([sys.executable, "-m", "bitnet_core", "--version"],
+                        capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert ok.returncode == 0 and ok.stdout.strip() == f"bitnet {__version__}"
+    bad = subprocess.run([sys.executable, "-m", "bitnet_core", "run", "-p", "x", "--device", "nosuch"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bad.returncode != 0 and "unknown device 'nosuch'" in bad.stderr
