@@ -76,7 +76,7 @@ def test_default_cpu_device_matches_the_reference(act, kv_dtype):
     against ``cpu-reference`` with the same cache dtype, prompt row by row: within 1e-4
     (1e-7 measured on AVX2), where a float16 cache against a float32 one moves these
     logits ~2%. On a many-core AVX-512 host this is the thread count and the kernel
-    table no CI machine runs (ci/gpu-bench.sh runs it there)."""
+    table no CI machine runs (ci/host-cpu.sh runs it there)."""
     from bitnet_core.model.api import Model
 
     cfg = BitNetConfig(
