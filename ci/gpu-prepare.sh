@@ -22,10 +22,12 @@ if ! ls .gl/*.deb >/dev/null 2>&1; then
   apt-get "${o[@]}" update -qq
   (cd .gl && apt-get "${o[@]}" download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 fi
+# binary wheels for that machine's CPython 3.12 on x86-64 Linux
+CP312=(--only-binary=:all: --python-version 3.12 --implementation cp
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
+  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any)
 WHEELS=(pyopencl pytools platformdirs siphash24 cffi pycparser vulkan wgpu rendercanvas sniffio gguf)
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-  --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d .whl "${WHEELS[@]}"
+python3 -m pip download -q --no-deps "${CP312[@]}" -d .whl "${WHEELS[@]}"
 # The workspace packages whose wheels do not depend on the Python version
 # (py3-none-*) travel built. bitnet-core's native module is built here for
 # CPython 3.12 when a 3.12 interpreter is at hand (it dispatches on the CPU at
@@ -55,10 +57,8 @@ if [ "${BITNET_GPU_HOST_WHEELS:-1}" != 0 ]; then
   # resolved with their dependencies (the server's extra, the load test's client,
   # llama-cpp-python's imports)
   HOST_WHEELS=(fastapi uvicorn httptools uvloop httpx diskcache jinja2)
-  python3 -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any -d .whl/host \
-    "${HOST_WHEELS[@]}" || echo "gpu-prepare: WARNING: the server's wheels did not download"
+  python3 -m pip download -q "${CP312[@]}" -d .whl/host "${HOST_WHEELS[@]}" \
+    || echo "gpu-prepare: WARNING: the server's wheels did not download"
   LLAMA512="${BITNET_WHEEL_CACHE:-$HOME/.cache/bitnet-ci/wheels}/avx512"
   if ! ls "$LLAMA512"/llama_cpp_python-0.3.36-*.whl >/dev/null 2>&1; then
     echo "gpu-prepare: building llama-cpp-python 0.3.36 for AVX-512 (once per machine)"
