@@ -98,6 +98,14 @@ void Compute::ternary(const TernaryOut *outs, int n, const int8_t *xq, int64_t x
         job.first[i + 1] = job.first[i] + w.rows;
     }
     const int64_t rows = job.first[n];
+    if (k_->pair_activations && T > 1) {
+        // once for every row range of the job (the kernels would each make a copy;
+        // one token goes to a GEMV that reads xq)
+        thread_local std::vector<int8_t> pairs;
+        pairs.resize(static_cast<size_t>(T * pairs_stride(x_stride)));
+        k_->pair_activations(xq, x_stride, T, pairs.data());
+        for (int i = 0; i < n; ++i) job.args[i].xq_pairs = pairs.data();
+    }
     // prefill chunks are long (every token of the sub-batch): more of them, less
     // waiting for the last one. Up to 16 tokens (decode, the server's batched
     // steps) a chunk is short, and 4x as many cost more in claims and cold

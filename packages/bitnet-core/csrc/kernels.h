@@ -36,7 +36,13 @@ struct TernaryArgs {
     float *y;               // [T, y_stride]
     int64_t y_stride;
     bool tq2;               // i2 blocks inside llama.cpp TQ2_0 blocks (see i2_block)
+    // xq in pairs order (KernelTable::pair_activations), for tables that have it;
+    // nullptr: the kernel makes its own copy
+    const int8_t *xq_pairs = nullptr;
 };
+
+// bytes a token takes in pairs order: x_stride's whole i2 blocks, rounded up to a pair
+constexpr int64_t pairs_stride(int64_t x_stride) { return (x_stride / kI2Block + 1) / 2 * 2 * kI2Block; }
 
 // Address of 32-byte i2 block b of a row: i2_128 packs them back to back;
 // llama.cpp's TQ2_0 stores two of them (qs[64]) then an f16 scale per 66 bytes,
@@ -78,6 +84,11 @@ struct KernelTable {
     const char *name;
     // y[t, r] for rows [r0, r1) and every token t
     void (*ternary_i2)(const TernaryArgs &a, int64_t r0, int64_t r1);
+    // nullptr, or the activation order this table's ternary_i2 reads for T > 1 (the
+    // 512-bit kernels: plane d of i2 blocks 2p and 2p + 1 side by side), made from
+    // xq [T, x_stride] into out [T, pairs_stride(x_stride)]; callers that run many
+    // row ranges of one input make it once and pass it as TernaryArgs::xq_pairs
+    void (*pair_activations)(const int8_t *xq, int64_t x_stride, int64_t T, int8_t *out);
     void (*ternary_tq1)(const TernaryArgs &a, int64_t r0, int64_t r1);
     // per-token absmax int8 quantization of rows [t0, t1) of x [T, K] into
     // xq [T, kp] (zero padded), scales s [T] and sums [T]

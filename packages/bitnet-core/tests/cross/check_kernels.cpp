@@ -116,6 +116,16 @@ void run_ternary(const KernelTable *k, const KernelTable *ref, bool tq1, bool tq
     std::snprintf(what, sizeof what, "%s ternary_%s N=%lld blocks=%lld T=%lld extreme=%d", k->name,
                   tq1 ? "tq1" : tq2 ? "tq2" : "i2", (long long)N, (long long)nblocks, (long long)T, extreme);
     compare_outputs(what, want, got, T, N, y_stride, r0, r1, 0.0, {});
+    if (!tq1 && k->pair_activations) {
+        // the activations in pairs order made by the caller (as Compute::ternary does)
+        std::vector<int8_t> pairs(T * pairs_stride(x_stride), 99);
+        k->pair_activations(d.xq.data(), x_stride, T, pairs.data());
+        a.xq_pairs = pairs.data();
+        std::vector<float> got2(T * y_stride, kSentinel);
+        a.y = got2.data();
+        k->ternary_i2(a, r0, r1);
+        compare_outputs(std::string(what) + " (caller's pairs)", want, got2, T, N, y_stride, r0, r1, 0.0, {});
+    }
 }
 
 void check_ternary(const KernelTable *k, const KernelTable *ref) {
