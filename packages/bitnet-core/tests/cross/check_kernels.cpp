@@ -210,9 +210,9 @@ void run_dense(const KernelTable *k, const KernelTable *ref, int kind, int64_t N
 
 void check_dense(const KernelTable *k, const KernelTable *ref) {
     for (int kind = 0; kind < 3; ++kind)
-        for (int64_t N : {1, 4, 5, 19, 33})
-            for (int64_t T : {1, 2, 3, 4, 5, 8})
-                for (int64_t K : {1, 7, 32, 45, 200}) run_dense(k, ref, kind, N, K, T);
+        for (int64_t N : {1, 4, 5, 19, 33, 70})
+            for (int64_t T : {1, 2, 3, 4, 5, 8, 9})
+                for (int64_t K : {1, 7, 32, 45, 200, 1000}) run_dense(k, ref, kind, N, K, T);
 }
 
 void check_attention(const KernelTable *k, const KernelTable *ref) {
