@@ -1,6 +1,6 @@
 """The AVX-512 kernel table, run on a CPU without AVX-512 through SIMDe.
 
-No CI machine has AVX-512, yet ``cpu-avx512`` is the provider chosen first on
+CI machines have rarely had AVX-512, yet ``cpu-avx512`` is the provider chosen first on
 most x86 servers. ``tests/cross/check_kernels.cpp`` (every kernel of a table
 against the portable scalar table, random inputs of awkward shapes) is built
 natively with the AVX2 flags and ``-DBITNET_SIMDE_AVX512``: the 512-bit
