@@ -137,7 +137,7 @@ uint64_t Compute::sum_bytes(const uint8_t *p, int64_t n) const {
 
 void Compute::dense(const void *w, bool f16, int64_t N, int64_t K, const float *x, int64_t T,
                     float *y) const {
-    DenseArgs a{w, K, K, x, nullptr, K, nullptr, nullptr, T, y, N};
+    DenseArgs a{w, K, K, x, nullptr, K, nullptr, nullptr, nullptr, T, y, N};
     if (f16) run_rows<DenseArgs, &KernelTable::dense_f16>(a, N, 32);
     else run_rows<DenseArgs, &KernelTable::dense_f32>(a, N, 32);
 }
@@ -145,7 +145,7 @@ void Compute::dense(const void *w, bool f16, int64_t N, int64_t K, const float *
 void Compute::dense_i8(const DenseI8 &d, const float *x, int64_t T, float *y, int8_t *xq, float *xs,
                        int32_t *sum) const {
     quantize(x, T, d.cols, d.stride, xq, xs, sum);
-    DenseArgs a{d.data.get(), d.stride, d.cols, nullptr, xq, d.stride, xs, d.scales.data(), T, y, d.rows};
+    DenseArgs a{d.data.get(), d.stride, d.cols, nullptr, xq, d.stride, xs, sum, d.scales.data(), T, y, d.rows};
     run_rows<DenseArgs, &KernelTable::dense_i8>(a, d.rows, 32);
 }
 
@@ -255,7 +255,7 @@ int64_t Compute::dense_i8_checked(const DenseI8 &d, const void *w, bool f16, con
             }
             // one token, one row: the sum dense() makes of it (its rows do not depend on the
             // batch, nor on where the row is)
-            DenseArgs a{wr, p->K, p->K, p->x + t * p->K, nullptr, p->K, nullptr, nullptr, 1,
+            DenseArgs a{wr, p->K, p->K, p->x + t * p->K, nullptr, p->K, nullptr, nullptr, nullptr, 1,
                         p->y + t * p->N + r, p->N};
             (p->f16 ? p->k->dense_f16 : p->k->dense_f32)(a, 0, 1);
         }

@@ -60,6 +60,7 @@ struct DenseArgs {
     const int8_t *xq;       // [T, x_stride] int8 (i8 kernel, zero padded to w_stride)
     int64_t x_stride;
     const float *xs;        // [T] activation scales (i8 kernel)
+    const int32_t *xsum;    // [T] sums of xq over w_stride (i8 kernel)
     const float *wscale;    // [N] row scales (i8 kernel)
     int64_t T;
     float *y;               // [T, y_stride]

@@ -181,14 +181,18 @@ void run_dense(const KernelTable *k, const KernelTable *ref, int kind, int64_t N
         w8[i] = static_cast<int8_t>(rand_int(-127, 127));
     }
     for (auto &v : x) v = rand_float(-2.0f, 2.0f);
+    std::vector<int32_t> xsum(T, 0);  // as Compute::quantize gives them
     for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < K; ++j) xq[t * x_stride + j] = static_cast<int8_t>(rand_int(-127, 127));
+        for (int64_t j = 0; j < K; ++j) {
+            xq[t * x_stride + j] = static_cast<int8_t>(rand_int(-127, 127));
+            xsum[t] += xq[t * x_stride + j];
+        }
     for (auto &v : xs) v = rand_float(1.0f, 100.0f);
     for (auto &v : wscale) v = rand_float(0.001f, 0.1f);
     DenseArgs a{kind == 0 ? static_cast<const void *>(w16.data())
                 : kind == 1 ? static_cast<const void *>(w32.data())
                             : static_cast<const void *>(w8.data()),
-                w_stride, K, x.data(), xq.data(), x_stride, xs.data(), wscale.data(), T, nullptr, y_stride};
+                w_stride, K, x.data(), xq.data(), x_stride, xs.data(), xsum.data(), wscale.data(), T, nullptr, y_stride};
     auto fn = [&](const KernelTable *t) { return kind == 0 ? t->dense_f16 : kind == 1 ? t->dense_f32 : t->dense_i8; };
     const int64_t r0 = N > 3 ? 2 : 0, r1 = N;
     std::vector<float> want(T * y_stride, kSentinel), got(T * y_stride, kSentinel);
