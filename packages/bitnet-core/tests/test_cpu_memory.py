@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -59,22 +60,50 @@ def test_release_file_pages_leaves_other_memory_alone():
     assert a[12345] == 12345.0
 
 
+_INT8_HEAD_RSS = """
+import json, os, sys
+import numpy as np
+from bitnet_core.model import load
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+path, name = sys.argv[1:3]
+ids = [1, 2, 3, 4]
+exact = load(path, name, progress=False).runner.logits(ids)  # (imports, warm-up)
+os.environ["BITNET_CPU_INT8_HEAD"] = "1"
+base = rss()
+m = load(path, name, progress=False)
+got = m.runner.logits(ids)
+grew = rss() - base
+print(json.dumps({
+    "grew": grew,
+    "repeatable": bool(np.array_equal(got, m.runner.logits(ids))),
+    "differs": bool(not np.array_equal(got, exact)),
+    "max_diff": float(np.abs(got - exact).max()),
+    "max_exact": float(np.abs(exact).max()),
+}))
+"""
+
+
 @linux
-def test_int8_head_lets_the_float16_table_go(gguf, monkeypatch):
+def test_int8_head_lets_the_float16_table_go(gguf):
     """With BITNET_CPU_INT8_HEAD=1 the head reads an int8 copy: the GGUF's float16
-    table (8 MB here) stops being resident, and the logits are the int8 head's."""
-    name = _native_name()
-    ids = [1, 2, 3, 4]
-    exact = load(gguf, name, progress=False).runner.logits(ids)  # (imports, warm-up)
-    monkeypatch.setenv("BITNET_CPU_INT8_HEAD", "1")
-    base = _rss()
-    m = load(gguf, name, progress=False)
-    got = m.runner.logits(ids)
+    table (8 MB here) stops being resident, and the logits are the int8 head's.
+    Measured in a fresh process: the RSS of one that already ran other tests
+    depends on what its allocator kept (it grew 0.3 MB more after the kernel and
+    runner suites)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _INT8_HEAD_RSS, str(gguf), _native_name()],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    r = json.loads(done.stdout.strip().splitlines()[-1])
     # int8 copy 4 MB + the rest < 6 MB; keeping the float16 table would add its 8 MB
-    assert _rss() - base < 6e6, (_rss() - base) / 1e6
-    np.testing.assert_array_equal(got, m.runner.logits(ids))
-    assert not np.array_equal(got, exact)
-    assert np.abs(got - exact).max() <= 0.05 * np.abs(exact).max()
+    assert r["grew"] < 6e6, r["grew"] / 1e6
+    assert r["repeatable"] and r["differs"]
+    assert r["max_diff"] <= 0.05 * r["max_exact"]
 
 
 @linux
