@@ -107,11 +107,16 @@ void Compute::ternary(const TernaryOut *outs, int n, const int8_t *xq, int64_t x
         for (int i = 0; i < n; ++i) job.args[i].xq_pairs = pairs.data();
     }
     // prefill chunks are long (every token of the sub-batch): more of them, less
-    // waiting for the last one. Up to 16 tokens (decode, the server's batched
-    // steps) a chunk is short, and 4x as many cost more in claims and cold
-    // prefetch starts than they save: 8 tokens, 2 threads, 1536x1536 -16%
-    // (docs/CPU_KERNELS.md)
-    parallel_for(rows, chunk(rows, T > 16 ? threads_ * 4 : threads_, 16), threads_, &TernaryJob::run, &job);
+    // waiting for the last one. Up to 16 tokens (the server's batched steps) a
+    // chunk is short, and 4x as many cost more in claims and cold prefetch
+    // starts than they save: 8 tokens, 2 threads, 1536x1536 -16%. Decode (one
+    // token): one chunk a thread, so each thread streams one run of rows: 8
+    // chunks a thread read the model's matrices 10% slower (2 threads, Zen 4;
+    // as much slower beside a busy process, as the claims stay dynamic: a thread
+    // that is done takes a late one's chunk; docs/CPU_KERNELS.md)
+    const int64_t grain =
+        T == 1 ? std::max<int64_t>(16, rows / threads_ / 16 * 16) : chunk(rows, T > 16 ? threads_ * 4 : threads_, 16);
+    parallel_for(rows, grain, threads_, &TernaryJob::run, &job);
 }
 
 uint64_t Compute::sum_bytes(const uint8_t *p, int64_t n) const {
