@@ -110,12 +110,14 @@ void Compute::ternary(const TernaryOut *outs, int n, const int8_t *xq, int64_t x
     // waiting for the last one. Up to 16 tokens (the server's batched steps) a
     // chunk is short, and 4x as many cost more in claims and cold prefetch
     // starts than they save: 8 tokens, 2 threads, 1536x1536 -16%. Decode (one
-    // token): one chunk a thread, so each thread streams one run of rows: 8
-    // chunks a thread read the model's matrices 10% slower (2 threads, Zen 4;
-    // as much slower beside a busy process, as the claims stay dynamic: a thread
-    // that is done takes a late one's chunk; docs/CPU_KERNELS.md)
-    const int64_t grain =
-        T == 1 ? std::max<int64_t>(16, rows / threads_ / 16 * 16) : chunk(rows, T > 16 ? threads_ * 4 : threads_, 16);
+    // token): one chunk a thread, so each thread streams one run of rows. With
+    // 8 chunks a thread the model's decode was 10% slower (2 threads, Zen 4),
+    // and 5-10% slower beside a busy process too: the claims stay dynamic, so a
+    // thread that is done takes the chunk a late one has not claimed
+    // (docs/CPU_KERNELS.md)
+    const int64_t per_thread = (rows + threads_ - 1) / threads_;
+    const int64_t grain = T == 1 ? std::max<int64_t>(16, (per_thread + 15) / 16 * 16)
+                                 : chunk(rows, T > 16 ? threads_ * 4 : threads_, 16);
     parallel_for(rows, grain, threads_, &TernaryJob::run, &job);
 }
 
