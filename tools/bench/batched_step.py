@@ -16,7 +16,8 @@ and submissions are what a batched step saves; the kernels share the CPU.
 Against the machine (``machine_probe.py``'s int8 peak, the same threads,
 after every round; ``--no-probe`` skips it): the step's ternary matmuls are
 ``streams`` x the model's int8 multiply-accumulates a token, so at the peak
-(``pmaddubsw`` on AVX2) they take at least ``gemm_floor_ms``.
+(of the loop the provider's GEMM uses: ``pmaddubsw`` for ``cpu-avx2``) they
+take at least ``gemm_floor_ms``.
 ``ratio_ceiling`` = ``streams`` x the decode step / that floor is the most
 ``batch_vs_decode`` could be with the GEMM at the peak and the head,
 attention and the rest of the step free; ``batch_gemm_frac_of_peak`` is
@@ -155,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         r = one_round(model, args.streams, args.steps, args.context)
         if not args.no_probe:
             try:
-                peak = machine_probe.int8_peak(args.threads)
+                loop = machine_probe.loop_for(model.provider.name)
+                peak = machine_probe.int8_peak(args.threads, loop=loop)
             except machine_probe.ProbeError as exc:
                 print(f"int8 peak not measured: {exc}", file=sys.stderr)
                 peak = {}

@@ -4,14 +4,16 @@
  *   machine_probe read MIB THREADS REPS   read bandwidth: THREADS threads stream
  *       a MIB MiB buffer in 1 MiB chunks (256-bit loads where the CPU has AVX2),
  *       REPS times (at most 63) after a warm-up pass; GB/s of every rep
- *   machine_probe int8 THREADS MS         int8 multiply-accumulate peak: each
- *       thread runs independent chains of the CPU's widest int8 dot product for
- *       about MS milliseconds; G MAC/s (one MAC = one u8 x s8 product added)
+ *   machine_probe int8 THREADS MS [LOOP]  int8 multiply-accumulate peak: each
+ *       thread runs independent chains of an int8 dot product for about MS
+ *       milliseconds; G MAC/s (one MAC = one u8 x s8 product added)
  *
- * The int8 instruction is the one our prefill GEMM uses on this CPU:
- * AVX-512 VNNI `vpdpbusd` (64 MACs), else AVX-VNNI `vpdpbusd` on 256 bits (32),
- * else AVX2 `pmaddubsw` + `paddw` (32 MACs into i16 pairs, as the AVX2 GEMM
- * accumulates). Threads are not pinned; the caller may pin the process.
+ * LOOP auto (the default) is the instruction our prefill GEMM uses on this CPU:
+ * AVX-512 VNNI `vpdpbusd` (64 MACs, `avx512-vnni`), else AVX-VNNI `vpdpbusd` on
+ * 256 bits (32, `avx-vnni`), else AVX2 `pmaddubsw` + `paddw` (32 MACs into i16
+ * pairs, as the AVX2 GEMM accumulates: `pmaddubsw`). Naming a loop measures
+ * that one (the AVX2 table's ceiling on an AVX-512 CPU); one the CPU lacks gives
+ * an "error" line. Threads are not pinned; the caller may pin the process.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -215,14 +217,26 @@ static void *peak_thread(void *v) {
     return NULL;
 }
 
-static int probe_int8(int threads, double ms) {
-    int kind = -1;
+/* want: "auto" (the widest this CPU has) or one of kind_keys */
+static const char *const kind_keys[] = {"pmaddubsw", "avx-vnni", "avx512-vnni"};
+
+static int probe_int8(int threads, double ms, const char *want) {
+    int has[3] = {0, 0, 0}, kind = -1;
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw")) kind = 2;
-    else if (__builtin_cpu_supports("avxvnni")) kind = 1;
-    else if (__builtin_cpu_supports("avx2")) kind = 0;
+    has[0] = __builtin_cpu_supports("avx2");
+    has[1] = __builtin_cpu_supports("avxvnni");
+    has[2] = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw");
 #endif
-    if (kind < 0) return printf("{\"probe\": \"int8\", \"error\": \"no AVX2 / VNNI on this CPU\"}\n"), 0;
+    if (!strcmp(want, "auto")) {
+        for (int k = 0; k < 3; ++k)
+            if (has[k]) kind = k;
+        if (kind < 0) return printf("{\"probe\": \"int8\", \"error\": \"no AVX2 / VNNI on this CPU\"}\n"), 0;
+    } else {
+        for (int k = 0; k < 3; ++k)
+            if (!strcmp(want, kind_keys[k])) kind = k;
+        if (kind < 0) return fprintf(stderr, "unknown int8 loop %s\n", want), 2;
+        if (!has[kind]) return printf("{\"probe\": \"int8\", \"error\": \"this CPU has no %s\"}\n", want), 0;
+    }
     /* calibrate on one thread: iterations for ~ms milliseconds */
     int64_t iters = 1 << 16;
     for (;;) {
@@ -258,8 +272,10 @@ int main(int argc, char **argv) {
     if (argc == 5 && !strcmp(argv[1], "read"))
         return probe_read((size_t)atol(argv[2]), atoi(argv[3]) > 0 ? atoi(argv[3]) : 1,
                           atoi(argv[4]) > 0 ? atoi(argv[4]) : 1);
-    if (argc == 4 && !strcmp(argv[1], "int8"))
-        return probe_int8(atoi(argv[2]) > 0 ? atoi(argv[2]) : 1, atof(argv[3]) > 0 ? atof(argv[3]) : 200);
-    fprintf(stderr, "usage: %s read MIB THREADS REPS | int8 THREADS MS\n", argv[0]);
+    if ((argc == 4 || argc == 5) && !strcmp(argv[1], "int8"))
+        return probe_int8(atoi(argv[2]) > 0 ? atoi(argv[2]) : 1, atof(argv[3]) > 0 ? atof(argv[3]) : 200,
+                          argc == 5 ? argv[4] : "auto");
+    fprintf(stderr, "usage: %s read MIB THREADS REPS | int8 THREADS MS [auto|pmaddubsw|avx-vnni|avx512-vnni]\n",
+            argv[0]);
     return 2;
 }

@@ -9,9 +9,11 @@ system C compiler (``cc -O2 -pthread``, cached by source hash under
 - ``int8_peak(threads)``: independent chains of the CPU's widest int8 dot
   product (AVX-512 VNNI ``vpdpbusd``, AVX-VNNI ``vpdpbusd``, else AVX2
   ``pmaddubsw`` + ``paddw``): the multiply-accumulates per second prefill's
-  int8 GEMM is judged against.
+  int8 GEMM is judged against; ``loop=`` (``--int8``) names one of them
+  instead, e.g. ``pmaddubsw`` for the AVX2 table on an AVX-512 CPU.
 
     uv run --no-sync python tools/bench/machine_probe.py --threads 2 1 --reps 5
+    uv run --no-sync python tools/bench/machine_probe.py --threads 2 --int8 pmaddubsw
 """
 
 from __future__ import annotations
@@ -67,10 +69,22 @@ def read_gbps(threads: int, reps: int = 3, mib: int = READ_MIB) -> list[float]:
     return _run("read", str(mib), str(threads), str(reps))["gbps"]
 
 
-def int8_peak(threads: int, ms: float = 200) -> dict:
-    """``{"gmacs": G MAC/s, "instruction": ...}`` over ``threads`` threads for ~``ms`` ms
-    (``{"error": ...}`` on a CPU without AVX2 or VNNI)."""
-    return _run("int8", str(threads), str(ms))
+INT8_LOOPS = ("auto", "pmaddubsw", "avx-vnni", "avx512-vnni")
+
+
+def loop_for(provider: str) -> str:
+    """The int8 loop whose peak a provider's GEMM is judged against: ``pmaddubsw`` for the
+    AVX2 table (``cpu-avx2``, also on a CPU with VNNI), else the widest (``auto``)."""
+    return "pmaddubsw" if provider == "cpu-avx2" else "auto"
+
+
+def int8_peak(threads: int, ms: float = 200, loop: str = "auto") -> dict:
+    """``{"gmacs": G MAC/s, "instruction": ...}`` over ``threads`` threads for ~``ms`` ms, of
+    ``loop`` (``auto``: the widest int8 dot product this CPU has; see INT8_LOOPS);
+    ``{"error": ...}`` on a CPU without it."""
+    if loop not in INT8_LOOPS:
+        raise ProbeError(f"unknown int8 loop {loop!r} (one of {', '.join(INT8_LOOPS)})")
+    return _run("int8", str(threads), str(ms), loop)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,13 +92,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=[len(os.sched_getaffinity(0))])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--mib", type=int, default=READ_MIB)
+    ap.add_argument(
+        "--int8", choices=INT8_LOOPS, default="auto", help="the int8 loop (auto: the widest)"
+    )
     args = ap.parse_args(argv)
     if args.reps < 1 or args.mib < 1 or min(args.threads) < 1:
         ap.error("--reps, --mib and --threads must be positive")
     try:
         for t in args.threads:
             reads = read_gbps(t, args.reps, args.mib)
-            peaks = [int8_peak(t) for _ in range(args.reps)]
+            peaks = [int8_peak(t, loop=args.int8) for _ in range(args.reps)]
             if "error" in peaks[0]:
                 peak = peaks[0]["error"]
             else:

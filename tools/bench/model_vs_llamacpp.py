@@ -16,7 +16,8 @@ ternary matrix, the output head as it runs, norms, one embedding row, and the
 KV cache at the run's mean decode context) times decode tok/s, as a fraction of
 the probe's read bandwidth; and prefill's int8 multiply-accumulates (every
 ternary matrix, rows x columns a token) times prompt tok/s, as a fraction of
-the probe's int8 peak. ``--variant NAME:VAR=VALUE,...`` adds our engine once
+the probe's int8 peak (of the loop our provider's GEMM uses: ``pmaddubsw`` for
+``--device cpu-avx2``, also on a CPU with VNNI). ``--variant NAME:VAR=VALUE,...`` adds our engine once
 more under those environment variables (e.g. ``int8head:BITNET_CPU_INT8_HEAD=1``),
 in the same rounds; ``--no-llama`` runs only ours and the probes (no ratios: for a
 machine without llama-cpp-python, or one so oversubscribed that llama.cpp's
@@ -343,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         if not args.no_probe:
             reads += machine_probe.read_gbps(args.threads, reps=2, mib=args.probe_mib)
-            peaks.append(machine_probe.int8_peak(args.threads))
+            loop = machine_probe.loop_for(workers[0].info["provider"])
+            peaks.append(machine_probe.int8_peak(args.threads, loop=loop))
             print(
                 f"run {i} probe     read {reads[-1]:5.1f} GB/s  int8 "
                 f"{peaks[-1].get('gmacs', float('nan')):.1f} G MAC/s",

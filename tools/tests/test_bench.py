@@ -173,8 +173,10 @@ def test_model_vs_llamacpp_small_run(tmp_path):
     )
 
 
-def test_model_bench_without_llama(tmp_path):
-    """--no-llama: our engine and the probes only; the fractions are still there, no ratios."""
+@pytest.mark.parametrize("device", ["cpu", "cpu-avx2"])
+def test_model_bench_without_llama(tmp_path, device):
+    """--no-llama: our engine and the probes only; the fractions are still there, no ratios.
+    The AVX2 table's prompt is judged against the AVX2 loop's peak, whatever the CPU has."""
     from bitnet_core.config import BitNetConfig
     from bitnet_core.model import random_model_file
     from bitnet_core.testing.model import FILE_CONFIG
@@ -186,11 +188,26 @@ def test_model_bench_without_llama(tmp_path):
     out = tmp_path / "model.json"
     argv = ["--model", str(model), "--threads", "1", "--runs", "1", "--n-prompt", "8"]
     argv += ["--n-gen", "2", "--probe-mib", "16", "--no-llama", "--out", str(out)]
-    assert bench.main(argv) == 0
+    assert bench.main([*argv, "--device", device]) == 0
     report = json.loads(out.read_text())
     assert report["llama"] is None and report["ratio_tg"] is None
     assert report["ours"]["decode_frac_of_read"] > 0
     assert report["ours"]["prompt_frac_of_int8_peak"] > 0
+    if device == "cpu-avx2":
+        assert report["machine"]["int8_instruction"] == "avx2 pmaddubsw+paddw"
+
+
+def test_machine_probe_measures_the_int8_loop_it_is_asked_for():
+    from bitnet_core import _native
+
+    probe = load_script("machine_probe")
+    avx2 = probe.int8_peak(1, ms=20, loop="pmaddubsw")
+    assert avx2["instruction"] == "avx2 pmaddubsw+paddw" and avx2["gmacs"] > 0
+    assert probe.loop_for("cpu-avx2") == "pmaddubsw" and probe.loop_for("cpu-avx512") == "auto"
+    if not _native.cpu_features()["avxvnni"]:
+        assert "avx-vnni" in probe.int8_peak(1, ms=20, loop="avx-vnni")["error"]
+    with pytest.raises(probe.ProbeError, match="unknown int8 loop"):
+        probe.int8_peak(1, loop="sse2")
 
 
 def test_pytest_benchmark_kernels_run_once():
@@ -276,3 +293,78 @@ def test_batched_step_small_run(capsys, tmp_path):
     assert bench.main([*argv, "--rounds", "1", "--no-probe"]) == 0
     (plain,) = json.loads(capsys.readouterr().out)["rounds"]
     assert "ratio_ceiling" not in plain and plain["batch_aggregate_tok_s"] > 0
+
+
+# A stand-in for a bitnet.cpp checkout: ggml-bitnet-mad.cpp's two functions with
+# their names, signature and #if structure, the dot written plainly (the I2_S
+# layout of bitnetcpp_gemm_harness.cpp); BIAS added to every dot plants a fault.
+STAND_IN_MAD = """
+#if defined(__AVX2__)
+static inline int hsum_i32_8(const __m256i a) {
+    return 0;
+}
+#endif
+
+void ggml_vec_dot_i2_i8_s_Nx1(int n, float * s, size_t bs, const void * vx, size_t bx, const void * vy, size_t by, int nrc) {
+#if defined(__AVX2__)
+    const uint8_t *x = (const uint8_t *)vx;
+    const int8_t *y = (const int8_t *)vy;
+    for (int col = 0; col < nrc; ++col) {
+        int acc = BIAS;
+        for (int b = 0; b < n / QK_I2_S; ++b)
+            for (int j = 0; j < 32; ++j)
+                for (int g = 0; g < 4; ++g)
+                    acc += ((x[b * 32 + j] >> (6 - 2 * g)) & 3) * y[col * by + b * 128 + 32 * g + j];
+        s[col * bs] = (float)acc;
+    }
+#elif defined(__ARM_NEON)
+#endif
+}
+"""
+
+
+def stand_in_checkout(root: Path, bias: int) -> Path:
+    (root / "src").mkdir(parents=True)
+    (root / "include").mkdir()
+    (root / "src" / "ggml-bitnet-mad.cpp").write_text(STAND_IN_MAD.replace("BIAS", str(bias)))
+    (root / "include" / "gemm-config.h").write_text(
+        "#define ACT_PARALLEL\n#define PARALLEL_SIZE 4\n"
+    )
+    return root
+
+
+def test_bitnetcpp_gemm_runs_a_checkouts_kernel_beside_ours(tmp_path):
+    bench = load_script("bitnetcpp_gemm")
+    src = stand_in_checkout(tmp_path / "BitNet", bias=0)
+    out = tmp_path / "gemm.json"
+    argv = ["--bitnet-src", str(src), "--threads", "1", "2", "--shapes", "64x256", "40x512"]
+    argv += ["--tokens", "8", "--reps", "1", "--rounds", "2", "--out", str(out)]
+    assert bench.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["tokens"] == 8
+    assert {(r["threads"], tuple(r["shape"])) for r in report["rows"]} == {
+        (t, s) for t in (1, 2) for s in ((64, 256), (40, 512))
+    }
+    for r in report["rows"]:
+        rows, cols = r["shape"]
+        assert r["bitnet_cpp"]["wrong_rows"] == 0
+        for side in (r["bitnet_cpp"], *r["ours"].values()):
+            assert side["gmacs"] == pytest.approx(rows * cols * 8 / side["us"] / 1e3, rel=1e-3)
+        assert "avx2" in r["ours"]
+
+
+def test_bitnetcpp_gemm_refuses_a_kernel_with_wrong_dots(tmp_path, capsys):
+    bench = load_script("bitnetcpp_gemm")
+    src = stand_in_checkout(tmp_path / "BitNet", bias=1)
+    argv = ["--bitnet-src", str(src), "--threads", "1", "--shapes", "8x256", "--tokens", "4"]
+    assert bench.main(argv + ["--reps", "1", "--rounds", "1"]) == 1
+    assert "wrong dots" in capsys.readouterr().err
+
+
+def test_bitnetcpp_gemm_refuses_what_is_not_a_checkout(tmp_path, capsys):
+    bench = load_script("bitnetcpp_gemm")
+    assert bench.main(["--bitnet-src", str(tmp_path), "--shapes", "8x256", "--tokens", "4"]) == 1
+    assert "not a bitnet.cpp checkout" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--bitnet-src", str(tmp_path), "--shapes", "8x128"])
+    assert exc.value.code == 2
