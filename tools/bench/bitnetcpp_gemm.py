@@ -18,9 +18,8 @@ same run it times our ``Kernels.linear`` on the same shapes and tokens, for
 ``cpu-avx2`` (the same instructions as theirs) and the best table this CPU
 has. Theirs counts only the integer dots (no activation quantization, no
 scales; its threads wait at a barrier between calls); ours is the whole
-linear. The weights are
-cache-resident for both (one matrix, again and again): this compares
-kernels, not memory.
+linear. The weights are cache-resident for both (one matrix, again and
+again): this compares kernels, not memory.
 """
 
 from __future__ import annotations

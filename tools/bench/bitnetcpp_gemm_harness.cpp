@@ -4,7 +4,8 @@
 // (one weight row of n ternary codes against nrc int8 activation columns, by
 // bytes apart; the raw integer dot of column c goes to s[c * bs]), on R rows x
 // K columns x T tokens, rows split evenly over the threads. The kernel comes from
-// KERNEL_INC (see bitnetcpp_gemm.py), which defines it and QK_I2_S.
+// KERNEL_INC (see bitnetcpp_gemm.py), which defines it, QK_I2_S and PARALLEL_SIZE
+// (the tokens it takes at a time).
 //
 // I2_S layout (bitnet.cpp, x86): a row is K / 128 blocks of 32 bytes; byte j of
 // a block holds the codes (0, 1, 2 for -1, 0, 1) of its columns j, 32 + j,
@@ -47,8 +48,9 @@ int main(int argc, char **argv) {
     }
     const int R = std::atoi(argv[1]), K = std::atoi(argv[2]), T = std::atoi(argv[3]);
     const int threads = std::atoi(argv[4]), reps = std::atoi(argv[5]);
-    if (R < 1 || K < 128 || K % 128 || T < 4 || T % 4 || threads < 1 || reps < 1) {
-        std::fprintf(stderr, "need ROWS >= 1, COLS a multiple of 128, TOKENS a multiple of 4, THREADS, REPS >= 1\n");
+    if (R < 1 || K < 128 || K % 128 || T < PARALLEL_SIZE || T % PARALLEL_SIZE || threads < 1 || reps < 1) {
+        std::fprintf(stderr, "need ROWS >= 1, COLS a multiple of 128, TOKENS a multiple of %d, THREADS, REPS >= 1\n",
+                     PARALLEL_SIZE);
         return 2;
     }
     std::mt19937 rng(7);
