@@ -200,43 +200,58 @@ int64_t Compute::dense_i8_checked(const DenseI8 &d, const void *w, bool f16, con
                     static_cast<float>(std::sqrt(x2) * (1.0 + 1e-6)), static_cast<float>(std::sqrt(b2) * (1.0 + 1e-6)),
                     static_cast<float>(kHeadSlack * x1), static_cast<float>(kHeadSlack * inv)};
     }
-    // every row's exact logit is at least lo (its value minus its bound): the largest
+    // Every row's exact logit is at least lo (its value minus its bound): the largest
     // lo is one the exact maximum reaches, so only rows whose hi reaches it can hold
-    // the maximum. hi and each block's largest lo, over the threads (blocks of rows x tokens)
-    constexpr int64_t kBoundRows = 4096;
-    const int64_t blocks = (N + kBoundRows - 1) / kBoundRows;
-    std::vector<float> hi(static_cast<size_t>(T * N)), lo(static_cast<size_t>(T * blocks));
+    // the maximum. No bound is above E = (A + A1) max s_r + (B + B1) max s_r l1_r,
+    // so a row more than 2E below the largest value has a lo below the largest
+    // value's and a hi below that lo: only the rows within 2E of the largest value
+    // (and a margin for rounding) are bounded, which finds the same largest lo and
+    // the same rows as bounding every row. A token with a non-finite value bounds
+    // every row (a NaN bound recomputes its row). One token an item.
     struct Bounds {
         const DenseI8 *d;
         const Terms *terms;
         const float *y;
-        float *hi, *lo;
-        int64_t N, blocks;
-    } bounds{&d, terms.data(), y, hi.data(), lo.data(), N, blocks};
-    parallel_for(T * blocks, 1, threads_, [](void *c, int64_t i0, int64_t i1) {
+        int64_t N;
+        std::vector<std::vector<int64_t>> *near;  // each token's rows to recompute
+    };
+    std::vector<std::vector<int64_t>> near(static_cast<size_t>(T));
+    Bounds bounds{&d, terms.data(), y, N, &near};
+    parallel_for(T, 1, threads_, [](void *c, int64_t t0, int64_t t1) {
         auto *p = static_cast<Bounds *>(c);
-        for (int64_t i = i0; i < i1; ++i) {
-            const int64_t t = i / p->blocks, r0 = (i % p->blocks) * kBoundRows, r1 = std::min(p->N, r0 + kBoundRows);
+        const DenseI8 &d = *p->d;
+        std::vector<std::pair<int64_t, float>> within;  // (row, hi)
+        for (int64_t t = t0; t < t1; ++t) {
             const Terms &m = p->terms[t];
             const float *yt = p->y + t * p->N;
-            float *ht = p->hi + t * p->N, floor = -INFINITY;
-            for (int64_t r = r0; r < r1; ++r) {
-                const float l1 = static_cast<float>(p->d->l1[r]);
-                const float e = p->d->scales[r] * (std::min(m.A + m.B * l1, m.An * p->d->anorm[r] + m.Bn * p->d->qnorm[r]) +
-                                                   (m.A1 + m.B1 * l1));
-                floor = std::max(floor, yt[r] - e);
-                ht[r] = yt[r] + e;
+            float top = -INFINITY;
+            bool finite = true;
+            for (int64_t r = 0; r < p->N; ++r) {
+                finite = finite && std::isfinite(yt[r]);
+                top = yt[r] > top ? yt[r] : top;
             }
-            p->lo[i] = floor;
+            const double E = (static_cast<double>(m.A) + m.A1) * d.scale_max +
+                             (static_cast<double>(m.B) + m.B1) * d.scale_l1_max;
+            const bool all = !finite || !std::isfinite(E);
+            const double from = all ? 0.0 : top - 2.01 * E - 1e-4 * std::fabs(static_cast<double>(top));
+            within.clear();
+            float floor = -INFINITY;
+            for (int64_t r = 0; r < p->N; ++r) {
+                if (!all && !(yt[r] >= from)) continue;
+                const float l1 = static_cast<float>(d.l1[r]);
+                const float e = d.scales[r] * (std::min(m.A + m.B * l1, m.An * d.anorm[r] + m.Bn * d.qnorm[r]) +
+                                               (m.A1 + m.B1 * l1));
+                floor = std::max(floor, yt[r] - e);
+                within.emplace_back(r, yt[r] + e);
+            }
+            for (const auto &[r, hi] : within)
+                if (!(hi < floor)) (*p->near)[t].push_back(r);  // NaN too: recompute
         }
     }, &bounds);
-    std::vector<float> floor(static_cast<size_t>(T), -INFINITY);
-    for (int64_t t = 0; t < T; ++t)
-        for (int64_t b = 0; b < blocks; ++b) floor[t] = std::max(floor[t], lo[t * blocks + b]);
     std::vector<int64_t> rows;  // row * T + token, to recompute: a row's tokens together
-    for (int64_t r = 0; r < N; ++r)
-        for (int64_t t = 0; t < T; ++t)
-            if (!(hi[t * N + r] < floor[t])) rows.push_back(r * T + t);  // NaN too: recompute
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t r : near[t]) rows.push_back(r * T + t);
+    std::sort(rows.begin(), rows.end());
     struct Ctx {
         const KernelTable *k;
         const void *w;

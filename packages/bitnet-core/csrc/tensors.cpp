@@ -218,6 +218,16 @@ float round_up_float(double v) {
     return std::nextafter(static_cast<float>(v * (1.0 + 1e-9)), INFINITY);
 }
 
+// the table's largest scale and scale x l1, over every row (filled or not)
+void update_maxima(DenseI8 &d) {
+    d.scale_max = d.scale_l1_max = 0.0;
+    for (int64_t r = 0; r < d.rows; ++r) {
+        const double s = d.scales[r];
+        d.scale_max = std::max(d.scale_max, s);
+        d.scale_l1_max = std::max(d.scale_l1_max, s * d.l1[r]);
+    }
+}
+
 }  // namespace
 
 std::shared_ptr<DenseI8> dense_i8_empty(int64_t rows, int64_t cols) {
@@ -232,6 +242,7 @@ std::shared_ptr<DenseI8> dense_i8_empty(int64_t rows, int64_t cols) {
     d->qnorm.assign(rows, 0.0f);
     // a row not filled stands for anything within half a scale of zero
     d->anorm.assign(rows, round_up_float(0.5 * std::sqrt(static_cast<double>(cols))));
+    update_maxima(*d);
     return d;
 }
 
@@ -288,6 +299,7 @@ void dense_i8_fill_rows(DenseI8 &d, int64_t start, py::array block) {
         auto *p = static_cast<Ctx *>(c);
         fill_i8_rows(*p->d, p->src, p->f16, p->start, i0, i1);
     }, &ctx);
+    update_maxima(d);
 }
 
 std::shared_ptr<DenseI8> dense_i8_from(py::array table) {

@@ -59,6 +59,9 @@ struct DenseI8 {
     std::vector<float> scales;
     std::vector<int32_t> l1;
     std::vector<float> qnorm, anorm;
+    // the largest scales[r] and scales[r] * l1[r] over every row, filled or not
+    // (Compute::dense_i8_checked bounds every row's error by them at once)
+    double scale_max = 0.0, scale_l1_max = 0.0;
     size_t nbytes() const { return static_cast<size_t>(rows * stride); }
     const int8_t *row(int64_t r) const { return reinterpret_cast<const int8_t *>(data.get()) + r * stride; }
 };

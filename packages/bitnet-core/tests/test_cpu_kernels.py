@@ -359,6 +359,25 @@ def test_matmul_dense_int8_checked_where_int8_alone_errs(prov):
     np.testing.assert_array_equal(prov.matmul_dense(x, table).argmax(axis=1), exact)
 
 
+def test_matmul_dense_int8_checked_bounds_rows_not_filled_yet():
+    """A table's rows not filled yet stand for anything within half a scale (1) of zero,
+    and the checked head bounds them so: the exact maximum there is found, though every
+    filled row's scale is far smaller (the rows' largest bound covers the unfilled ones)."""
+    from bitnet_core import _native as native
+
+    rng = np.random.default_rng(4)
+    n, k = 64, 32
+    table = (rng.standard_normal((n, k)) * 1e-3).astype(np.float32)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    table[40] = 0.4 * np.sign(x[0])  # unfilled below, and the largest exact logit
+    dense = native.DenseI8.empty(n, k)
+    dense.fill_rows(0, table[:32])
+    kernels = native.Kernels("avx2" if "avx2" in native.compiled_isas() else "scalar", 2)
+    got = kernels.matmul_dense_i8(x, dense, table)
+    assert got.argmax() == 40  # its int8 value is 0: only the exact one is the maximum
+    np.testing.assert_allclose(got[0, 40], 0.4 * np.abs(x).sum(), rtol=1e-5)
+
+
 def test_matmul_dense_int8_checked_rows_do_not_depend_on_batch(prov):
     rng = np.random.default_rng(2)
     table = _near_tie_table(rng, 301, 160, np.float16)
