@@ -17,11 +17,11 @@ KV cache at the run's mean decode context) times decode tok/s, as a fraction of
 the probe's read bandwidth; and prefill's int8 multiply-accumulates (every
 ternary matrix, rows x columns a token) times prompt tok/s, as a fraction of
 the probe's int8 peak (of the loop our provider's GEMM uses: ``pmaddubsw`` for
-``--device cpu-avx2``, also on a CPU with VNNI). ``--variant NAME:VAR=VALUE,...`` adds our engine once
-more under those environment variables (e.g. ``int8head:BITNET_CPU_INT8_HEAD=1``),
-in the same rounds; ``--no-llama`` runs only ours and the probes (no ratios: for a
-machine without llama-cpp-python, or one so oversubscribed that llama.cpp's
-spinning thread barriers collapse).
+``--device cpu-avx2``, also on a CPU with VNNI). ``--variant NAME:VAR=VALUE,...``
+adds our engine once more under those environment variables (e.g.
+``int8head:BITNET_CPU_INT8_HEAD=1``), in the same rounds; ``--no-llama`` runs
+only ours and the probes (no ratios: for a machine without llama-cpp-python, or
+one so oversubscribed that llama.cpp's spinning thread barriers collapse).
 
     uv sync --all-packages --inexact --group bench
     uv pip install --find-links /root/.cache/bitnet-ci/wheels llama-cpp-python==0.3.36
