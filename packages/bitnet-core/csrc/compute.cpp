@@ -287,9 +287,9 @@ int64_t Compute::dense_i8_checked(const DenseI8 &d, const void *w, bool f16, con
 
 void Compute::attention(const AttentionArgs &a) const {
     if (a.T == 1) return attention_decode_many(&a, 1);
-    // items are (token, head); a chunk holds whole groups of heads that share
-    // K/V rows, so a group reads them from memory once
-    run_rows<AttentionArgs, &KernelTable::attention>(a, a.T * a.Hq, a.Hq / a.Hkv);
+    // items are (head, block of query tokens), head-major: a chunk of items
+    // reads one head's K/V rows (from L2 after its first block)
+    run_rows<AttentionArgs, &KernelTable::attention>(a, a.Hq * attn_query_blocks(a.T), 1);
 }
 
 // One query token: the cache split into chunks of kAttnChunk rows over the

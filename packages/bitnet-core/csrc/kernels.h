@@ -81,6 +81,14 @@ struct AttentionArgs {
 // short contexts still give every thread a few chunks
 constexpr int64_t kAttnChunk = 32;
 
+// Prompt attention (T > 1) works on blocks of kAttnQueries consecutive query
+// tokens of one head, so each K and V row read serves the whole block. Its
+// items are head-major: item i is head i / attn_query_blocks(T), tokens from
+// (i % attn_query_blocks(T)) * kAttnQueries, so a run of items reads one
+// head's rows.
+constexpr int64_t kAttnQueries = 4;
+inline int64_t attn_query_blocks(int64_t T) { return (T + kAttnQueries - 1) / kAttnQueries; }
+
 struct KernelTable {
     const char *name;
     // y[t, r] for rows [r0, r1) and every token t
@@ -100,7 +108,7 @@ struct KernelTable {
     void (*dense_f32)(const DenseArgs &a, int64_t r0, int64_t r1);
     // y[t, r] = (sum_k xq[t, k] * w8[r, k]) * wscale[r] / xs[t]; w_stride % 32 == 0
     void (*dense_i8)(const DenseArgs &a, int64_t r0, int64_t r1);
-    // items [i0, i1) of T * Hq (query token, head) pairs
+    // items [i0, i1) of Hq * attn_query_blocks(T) (head, query block) pairs
     void (*attention)(const AttentionArgs &a, int64_t i0, int64_t i1);
     // decode (T = 1) split over the cache: chunk c covers rows [c * kAttnChunk,
     // min(start + 1, (c + 1) * kAttnChunk)) and writes, for every query head h,

@@ -476,6 +476,28 @@ def test_attention_on_float16_caches(prov, t, start):
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize(
+    "hq,hkv,d", [(4, 4, 64), (6, 3, 20), (8, 2, 9), (2, 1, 7), (16, 16, 96), (5, 5, 40)]
+)
+def test_prompt_attention_does_not_depend_on_how_the_prompt_is_split(prov, dtype, hq, hkv, d):
+    """Prompt attention takes its query tokens four at a time (each K/V row read once
+    for the four); a token's output has the same bits whether it was one of four or
+    alone (pieces of 2, 3 and 5 tokens put it in other blocks, or in none)."""
+    rng = np.random.default_rng(hq * 10 + d)
+    start, t = 5, 13
+    q = rng.standard_normal((t, hq, d)).astype(np.float32)
+    k = rng.standard_normal((start + t, hkv, d)).astype(dtype)
+    v = rng.standard_normal((start + t, hkv, d)).astype(dtype)
+    whole = prov.attention(q, k, v, start)
+    pieces, at = [], 0
+    for n in (2, 3, 5, 3):
+        pieces.append(prov.attention(q[at : at + n], k, v, start + at))
+        at += n
+    np.testing.assert_array_equal(np.concatenate(pieces), whole)
+    np.testing.assert_allclose(whole, REF.attention(q, k, v, start), rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize(
     "hq,hkv,d,start",
     [(8, 4, 24, 70), (12, 4, 36, 33), (20, 5, 128, 100), (16, 2, 20, 64), (8, 1, 9, 5)],
 )
