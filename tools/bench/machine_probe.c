@@ -7,6 +7,9 @@
  *   machine_probe int8 THREADS MS [LOOP]  int8 multiply-accumulate peak: each
  *       thread runs independent chains of an int8 dot product for about MS
  *       milliseconds; G MAC/s (one MAC = one u8 x s8 product added)
+ *   machine_probe fma THREADS MS  float32 peak the same way, on 256-bit
+ *       `vfmadd231ps` (what the AVX2 attention and float kernels use); GFLOP/s
+ *       (an FMA is two)
  *
  * LOOP auto (the default) is the instruction our prefill GEMM uses on this CPU:
  * AVX-512 VNNI `vpdpbusd` (64 MACs, `avx512-vnni`), else AVX-VNNI `vpdpbusd` on
@@ -142,7 +145,7 @@ static int probe_read(size_t mib, int threads, int reps) {
 /* ------------------------------------------------------------------ int8 */
 struct PeakArg {
     int64_t iters;
-    int kind;  /* 0 pmaddubsw, 1 avx-vnni, 2 avx512-vnni */
+    int kind;  /* 0 pmaddubsw, 1 avx-vnni, 2 avx512-vnni, 3 fma (float32) */
 };
 
 /* The loops are inline assembly: the compiler would otherwise hoist the
@@ -192,15 +195,30 @@ static void peak_avx512vnni(int64_t iters) {
 #undef ZERO
 #undef STEP
 }
+
+static void peak_fma(int64_t iters) {
+#define ZERO(r) "vxorps %%ymm" #r ", %%ymm" #r ", %%ymm" #r "\n\t"
+#define STEP(r) "vfmadd231ps %%ymm1, %%ymm0, %%ymm" #r "\n\t"
+    __asm__ volatile("vxorps %%ymm0, %%ymm0, %%ymm0\n\tvxorps %%ymm1, %%ymm1, %%ymm1\n\t" ACC10(ZERO)
+                     "1:\n\t" ACC10(STEP) "dec %0\n\tjnz 1b\n\tvzeroupper\n\t"
+                     : "+r"(iters)
+                     :
+                     : "cc", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9",
+                       "xmm10", "xmm11");
+#undef ZERO
+#undef STEP
+}
 #endif
 
-static const char *const kind_names[] = {"avx2 pmaddubsw+paddw", "avx-vnni vpdpbusd ymm", "avx512-vnni vpdpbusd zmm"};
-static const int kind_macs[] = {32, 32, 64};  /* MACs per instruction */
-static const int kind_chains[] = {8, 10, 10}; /* instructions per loop iteration */
+static const char *const kind_names[] = {"avx2 pmaddubsw+paddw", "avx-vnni vpdpbusd ymm", "avx512-vnni vpdpbusd zmm",
+                                         "fma vfmadd231ps ymm"};
+static const int kind_macs[] = {32, 32, 64, 8};   /* MACs (float32: FMAs) per instruction */
+static const int kind_chains[] = {8, 10, 10, 10}; /* instructions per loop iteration */
 
 static void peak_run(int kind, int64_t iters) {
 #if defined(__x86_64__)
-    if (kind == 2) peak_avx512vnni(iters);
+    if (kind == 3) peak_fma(iters);
+    else if (kind == 2) peak_avx512vnni(iters);
     else if (kind == 1) peak_avxvnni(iters);
     else peak_avx2(iters);
 #else
@@ -220,6 +238,8 @@ static void *peak_thread(void *v) {
 /* want: "auto" (the widest this CPU has) or one of kind_keys */
 static const char *const kind_keys[] = {"pmaddubsw", "avx-vnni", "avx512-vnni"};
 
+static double peak_macs(int kind, int threads, double ms);
+
 static int probe_int8(int threads, double ms, const char *want) {
     int has[3] = {0, 0, 0}, kind = -1;
 #if defined(__x86_64__)
@@ -237,6 +257,13 @@ static int probe_int8(int threads, double ms, const char *want) {
         if (kind < 0) return fprintf(stderr, "unknown int8 loop %s\n", want), 2;
         if (!has[kind]) return printf("{\"probe\": \"int8\", \"error\": \"this CPU has no %s\"}\n", want), 0;
     }
+    printf("{\"probe\": \"int8\", \"threads\": %d, \"instruction\": \"%s\", \"gmacs\": %.3f}\n", threads,
+           kind_names[kind], peak_macs(kind, threads, ms) / 1e9);
+    return 0;
+}
+
+/* MACs a second of `kind` on `threads` threads, each running about ms milliseconds */
+static double peak_macs(int kind, int threads, double ms) {
     /* calibrate on one thread: iterations for ~ms milliseconds */
     int64_t iters = 1 << 16;
     for (;;) {
@@ -262,9 +289,18 @@ static int probe_int8(int threads, double ms, const char *want) {
     pthread_barrier_wait(&finish_line);
     const double dt = now() - t0;
     for (int t = 0; t < threads; ++t) pthread_join(tids[t], NULL);
-    const double macs = (double)iters * kind_chains[kind] * kind_macs[kind] * threads;
-    printf("{\"probe\": \"int8\", \"threads\": %d, \"instruction\": \"%s\", \"gmacs\": %.3f}\n", threads,
-           kind_names[kind], macs / dt / 1e9);
+    free(args);
+    free(tids);
+    return (double)iters * kind_chains[kind] * kind_macs[kind] * threads / dt;
+}
+
+static int probe_fma(int threads, double ms) {
+#if defined(__x86_64__)
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+#endif
+        return printf("{\"probe\": \"fma\", \"error\": \"no AVX2 FMA on this CPU\"}\n"), 0;
+    printf("{\"probe\": \"fma\", \"threads\": %d, \"instruction\": \"%s\", \"gflops\": %.3f}\n", threads,
+           kind_names[3], 2 * peak_macs(3, threads, ms) / 1e9);
     return 0;
 }
 
@@ -275,7 +311,10 @@ int main(int argc, char **argv) {
     if ((argc == 4 || argc == 5) && !strcmp(argv[1], "int8"))
         return probe_int8(atoi(argv[2]) > 0 ? atoi(argv[2]) : 1, atof(argv[3]) > 0 ? atof(argv[3]) : 200,
                           argc == 5 ? argv[4] : "auto");
-    fprintf(stderr, "usage: %s read MIB THREADS REPS | int8 THREADS MS [auto|pmaddubsw|avx-vnni|avx512-vnni]\n",
+    if (argc == 4 && !strcmp(argv[1], "fma"))
+        return probe_fma(atoi(argv[2]) > 0 ? atoi(argv[2]) : 1, atof(argv[3]) > 0 ? atof(argv[3]) : 200);
+    fprintf(stderr,
+            "usage: %s read MIB THREADS REPS | int8 THREADS MS [auto|pmaddubsw|avx-vnni|avx512-vnni] | fma THREADS MS\n",
             argv[0]);
     return 2;
 }

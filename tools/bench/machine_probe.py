@@ -1,4 +1,4 @@
-"""The machine's ceilings, measured independently of our kernels: read bandwidth and int8 peak.
+"""The machine's ceilings, measured independently of our kernels: read bandwidth, int8 and FMA peaks.
 
 ``machine_probe.c`` (next to this file) is compiled on first use with the
 system C compiler (``cc -O2 -pthread``, cached by source hash under
@@ -10,7 +10,9 @@ system C compiler (``cc -O2 -pthread``, cached by source hash under
   product (AVX-512 VNNI ``vpdpbusd``, AVX-VNNI ``vpdpbusd``, else AVX2
   ``pmaddubsw`` + ``paddw``): the multiply-accumulates per second prefill's
   int8 GEMM is judged against; ``loop=`` (``--int8``) names one of them
-  instead, e.g. ``pmaddubsw`` for the AVX2 table on an AVX-512 CPU.
+  instead, e.g. ``pmaddubsw`` for the AVX2 table on an AVX-512 CPU;
+- ``fma_peak(threads)``: independent chains of 256-bit ``vfmadd231ps``, the
+  float32 GFLOP/s prompt attention is judged against.
 
     uv run --no-sync python tools/bench/machine_probe.py --threads 2 1 --reps 5
     uv run --no-sync python tools/bench/machine_probe.py --threads 2 --int8 pmaddubsw
@@ -87,6 +89,12 @@ def int8_peak(threads: int, ms: float = 200, loop: str = "auto") -> dict:
     return _run("int8", str(threads), str(ms), loop)
 
 
+def fma_peak(threads: int, ms: float = 200) -> dict:
+    """``{"gflops": GFLOP/s, "instruction": ...}`` of 256-bit float32 FMAs (two FLOPs each)
+    over ``threads`` threads for ~``ms`` ms; ``{"error": ...}`` on a CPU without AVX2 FMA."""
+    return _run("fma", str(threads), str(ms))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, nargs="+", default=[len(os.sched_getaffinity(0))])
@@ -107,9 +115,16 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 gmacs = statistics.median(p["gmacs"] for p in peaks)
                 peak = f"{gmacs:.1f} G MAC/s ({peaks[0]['instruction']})"
+            fmas = [fma_peak(t) for _ in range(args.reps)]
+            fma = (
+                fmas[0]["error"]
+                if "error" in fmas[0]
+                else f"{statistics.median(f['gflops'] for f in fmas):.1f} GFLOP/s"
+            )
             print(
                 f"threads {t}: read {statistics.median(reads):.1f} GB/s "
-                f"(median of {len(reads)}, {min(reads):.1f}-{max(reads):.1f}); int8 peak {peak}"
+                f"(median of {len(reads)}, {min(reads):.1f}-{max(reads):.1f}); int8 peak {peak}; "
+                f"float32 FMA peak {fma}"
             )
     except ProbeError as exc:
         print(exc, file=sys.stderr)

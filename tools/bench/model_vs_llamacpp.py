@@ -142,6 +142,7 @@ def traffic(model) -> dict:
 
 
 def worker_llama(args: argparse.Namespace):
+    import llama_cpp
     from llama_cpp import Llama
 
     t0 = time.perf_counter()
@@ -161,16 +162,22 @@ def worker_llama(args: argparse.Namespace):
     }
     ids = _prompt(llm.n_vocab(), args.n_prompt)
 
+    def greedy() -> int:
+        # the last evaluated token's logits (``llm.scores`` is filled only with
+        # logits_all, and has n_batch rows without it)
+        row = llama_cpp.llama_get_logits_ith(llm.ctx, -1)
+        return int(np.argmax(np.ctypeslib.as_array(row, shape=(llm.n_vocab(),))))
+
     def run() -> tuple[float, float]:
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(ids)
         tp = time.perf_counter() - t0
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = greedy()
         t0 = time.perf_counter()
         for _ in range(args.n_gen):
             llm.eval([tok])
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = greedy()
         return args.n_prompt / tp, args.n_gen / (time.perf_counter() - t0)
 
     return info, run

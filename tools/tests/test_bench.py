@@ -113,6 +113,37 @@ def test_attention_bandwidth_refuses_bad_arguments(argv, capsys):
     assert argv[0] in capsys.readouterr().err
 
 
+def test_prompt_attention_small_run(tmp_path):
+    bench = load_script("prompt_attention")
+    out = tmp_path / "prompt.json"
+    argv = ["--threads", "2", "1", "--tokens", "9", "40", "--start", "3", "--heads", "8", "2"]
+    argv += ["--head-dim", "20", "--reps", "2", "--out", str(out)]
+    assert bench.main(argv) == 0
+    report = json.loads(out.read_text())
+    got = {(r["threads"], r["tokens"]) for r in report["results"]}
+    assert got == {(t, n) for t in (2, 1) for n in (9, 40)}
+    for r in report["results"]:
+        assert (r["heads"], r["kv_heads"], r["head_dim"], r["start"]) == (8, 2, 20, 3)
+        n = r["tokens"]
+        visible = sum(3 + t + 1 for t in range(n))  # query t sees start + t + 1 rows
+        assert r["flops"] == 4 * visible * 8 * 20
+        assert r["gflops"] == pytest.approx(r["flops"] / r["ms"] / 1e6)
+        assert r["fma_peak_gflops"] > 0
+        assert r["frac_of_fma_peak"] == pytest.approx(r["gflops"] / r["fma_peak_gflops"])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--tokens", "1"], ["--start", "-1"], ["--heads", "6", "4"], ["--head-dim", "0"]],
+)
+def test_prompt_attention_refuses_bad_arguments(argv, capsys):
+    bench = load_script("prompt_attention")
+    with pytest.raises(SystemExit) as exc:
+        bench.main(argv)
+    assert exc.value.code == 2
+    assert argv[0] in capsys.readouterr().err
+
+
 def test_model_vs_llamacpp_small_run(tmp_path):
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
     from bitnet_core.config import BitNetConfig
@@ -197,6 +228,25 @@ def test_model_bench_without_llama(tmp_path, device):
         assert report["machine"]["int8_instruction"] == "avx2 pmaddubsw+paddw"
 
 
+def test_model_vs_llamacpp_prompt_longer_than_llamas_batch(tmp_path):
+    """A prompt over llama-cpp-python's 512-token batch (its ``scores`` have 512 rows
+    unless every token's logits are kept, so the bench reads the last logits itself)."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    from bitnet_core.config import BitNetConfig
+    from bitnet_core.model import random_model_file
+    from bitnet_core.testing.model import FILE_CONFIG
+
+    bench = load_script("model_vs_llamacpp")
+    cfg = BitNetConfig(**{**FILE_CONFIG, "context_length": 1024})
+    model = random_model_file(tmp_path / "long.gguf", cfg, seed=2, ternary_type="tq2_0")
+    out = tmp_path / "model.json"
+    argv = ["--model", str(model), "--threads", "1", "--runs", "1", "--n-prompt", "600"]
+    assert bench.main([*argv, "--n-gen", "2", "--no-probe", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    for engine in ("ours", "llama"):
+        assert report[engine]["pp"]["median"] > 0 and report[engine]["tg"]["median"] > 0
+
+
 def test_machine_probe_measures_the_int8_loop_it_is_asked_for():
     from bitnet_core import _native
 
@@ -208,6 +258,8 @@ def test_machine_probe_measures_the_int8_loop_it_is_asked_for():
         assert "avx-vnni" in probe.int8_peak(1, ms=20, loop="avx-vnni")["error"]
     with pytest.raises(probe.ProbeError, match="unknown int8 loop"):
         probe.int8_peak(1, loop="sse2")
+    fma = probe.fma_peak(1, ms=20)
+    assert fma["instruction"] == "fma vfmadd231ps ymm" and fma["gflops"] > 0
 
 
 def test_pytest_benchmark_kernels_run_once():
