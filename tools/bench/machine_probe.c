@@ -142,7 +142,7 @@ static int probe_read(size_t mib, int threads, int reps) {
     return 0;
 }
 
-/* ------------------------------------------------------------------ int8 */
+/* ------------------------------------------------------- int8 and float32 peaks */
 struct PeakArg {
     int64_t iters;
     int kind;  /* 0 pmaddubsw, 1 avx-vnni, 2 avx512-vnni, 3 fma (float32) */
@@ -295,10 +295,11 @@ static double peak_macs(int kind, int threads, double ms) {
 }
 
 static int probe_fma(int threads, double ms) {
+    int has = 0;
 #if defined(__x86_64__)
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
-        return printf("{\"probe\": \"fma\", \"error\": \"no AVX2 FMA on this CPU\"}\n"), 0;
+    if (!has) return printf("{\"probe\": \"fma\", \"error\": \"no AVX2 FMA on this CPU\"}\n"), 0;
     printf("{\"probe\": \"fma\", \"threads\": %d, \"instruction\": \"%s\", \"gflops\": %.3f}\n", threads,
            kind_names[3], 2 * peak_macs(3, threads, ms) / 1e9);
     return 0;
