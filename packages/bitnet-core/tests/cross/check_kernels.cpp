@@ -222,7 +222,8 @@ void check_dense(const KernelTable *k, const KernelTable *ref) {
 void check_attention(const KernelTable *k, const KernelTable *ref) {
     struct Shape { int64_t T, Hq, Hkv, D, start; };
     const Shape shapes[] = {{1, 4, 2, 8, 0},    {1, 6, 2, 13, 40},   {3, 4, 4, 16, 5},  {5, 8, 2, 24, 70},
-                            {1, 2, 1, 64, 100}, {2, 8, 2, 128, 33}, {1, 8, 4, 80, 200}};
+                            {1, 2, 1, 64, 100}, {2, 8, 2, 128, 33}, {1, 8, 4, 80, 200}, {9, 4, 4, 20, 12},
+                            {8, 6, 3, 7, 0}};
     for (const Shape &s : shapes)
         for (int f16 = 0; f16 < 2; ++f16) {
             const int64_t S = s.start + s.T;
@@ -237,7 +238,7 @@ void check_attention(const KernelTable *k, const KernelTable *ref) {
                             f16 ? static_cast<const void *>(vh.data()) : vf.data(), nullptr, s.T, s.Hq, s.Hkv,
                             s.D, s.start, 1.0f / std::sqrt(static_cast<float>(s.D)), f16 != 0};
             std::vector<float> want(q.size(), kSentinel), got(q.size(), kSentinel);
-            const int64_t items = s.T * s.Hq;
+            const int64_t items = s.Hq * attn_query_blocks(s.T);  // (head, query block) pairs
             a.out = want.data();
             ref->attention(a, 0, items);
             a.out = got.data();
