@@ -102,11 +102,20 @@ def test_attention_bandwidth_small_run(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "argv",
-    [["--contexts", "0"], ["--heads", "6", "4"], ["--head-dim", "0"], ["--reps", "0"]],
+    "script,argv",
+    [
+        ("attention_bandwidth", ["--contexts", "0"]),
+        ("attention_bandwidth", ["--heads", "6", "4"]),
+        ("attention_bandwidth", ["--head-dim", "0"]),
+        ("attention_bandwidth", ["--reps", "0"]),
+        ("prompt_attention", ["--tokens", "1"]),
+        ("prompt_attention", ["--start", "-1"]),
+        ("prompt_attention", ["--heads", "6", "4"]),
+        ("prompt_attention", ["--head-dim", "0"]),
+    ],
 )
-def test_attention_bandwidth_refuses_bad_arguments(argv, capsys):
-    bench = load_script("attention_bandwidth")
+def test_attention_benches_refuse_bad_arguments(script, argv, capsys):
+    bench = load_script(script)
     with pytest.raises(SystemExit) as exc:
         bench.main(argv)
     assert exc.value.code == 2
@@ -130,18 +139,6 @@ def test_prompt_attention_small_run(tmp_path):
         assert r["gflops"] == pytest.approx(r["flops"] / r["ms"] / 1e6)
         assert r["fma_peak_gflops"] > 0
         assert r["frac_of_fma_peak"] == pytest.approx(r["gflops"] / r["fma_peak_gflops"])
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [["--tokens", "1"], ["--start", "-1"], ["--heads", "6", "4"], ["--head-dim", "0"]],
-)
-def test_prompt_attention_refuses_bad_arguments(argv, capsys):
-    bench = load_script("prompt_attention")
-    with pytest.raises(SystemExit) as exc:
-        bench.main(argv)
-    assert exc.value.code == 2
-    assert argv[0] in capsys.readouterr().err
 
 
 def test_model_vs_llamacpp_small_run(tmp_path):
