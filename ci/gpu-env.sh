@@ -3,7 +3,7 @@
 # machine with a GPU: makes the GPU APIs and the project importable and sets PY.
 #
 # On the lent H100 (Python 3.12, no Vulkan loader, no registry), the recipe of
-# REFERENCE.md "Running the GPU-style backends": run ci/gpu-prepare.sh here
+# docs/GPU.md "How to rerun": run ci/gpu-prepare.sh here
 # once, carry .gl and .whl with the tree, and this
 #   - unpacks .gl/*.deb into / (Vulkan loader, glvnd) and runs ldconfig,
 #   - installs .whl/*.whl into /tmp/site (pyopencl, vulkan, wgpu, gguf, the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Here, once (on a machine with apt and a registry): fetch what the GPU smoke
 # lane needs on the lent GPU machine, which has Python 3.12, no Vulkan loader
-# and no registry access (REFERENCE.md, "Running the GPU-style backends"):
+# and no registry access (docs/GPU.md, "How to rerun"):
 #   .gl/   the Debian packages of the Vulkan loader and glvnd (amd64)
 #   .whl/  cp312 manylinux wheels of pyopencl, vulkan, wgpu, gguf and their needs,
 #          and the workspace's pure-Python wheels (the backends, built here, where

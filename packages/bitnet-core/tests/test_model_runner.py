@@ -35,7 +35,7 @@ CONFIGS = {
 }
 
 
-# --- an independent float64 implementation of BitNet b1.58 (REFERENCE.md) ---------------
+# --- an independent float64 implementation of BitNet b1.58 (docs/FORMATS.md, "Model facts") ---------------
 
 
 def _rms(x, w, eps):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Vulkan backend on a lent NVIDIA GPU machine (REFERENCE.md's recipe as a script).
+# The Vulkan backend on a lent NVIDIA GPU machine (the recipe of docs/GPU.md, *How to rerun*, as a script).
 #
 #   bash packages/bitnet-vulkan/bench/nvidia.sh prepare          # here, once (needs apt + pip)
 #   bash packages/bitnet-vulkan/bench/nvidia.sh run [bench args]  # there: tests, then the bench

@@ -46,7 +46,7 @@ def test_logits_and_greedy_tokens(vk, weights):
     ref = Model.from_weights(weights, device="cpu-reference")
     dev = Model.from_weights(weights, device="vulkan")
     a, b = ref.logits(PROMPT), dev.logits(PROMPT)
-    # int8 rounding is discontinuous: the band of REFERENCE.md (a few % on small models);
+    # int8 rounding is discontinuous: the band of docs/FORMATS.md, "Model facts" (a few % on small models);
     # in practice this provider's activation quantization is bit-exact with numpy's.
     assert rel_l2(a, b) < 3e-2
     assert (a.argmax(-1) == b.argmax(-1)).mean() >= 0.9
