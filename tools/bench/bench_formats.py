@@ -13,8 +13,10 @@ import pytest
 from bitnet_core.config import BitNetConfig
 from bitnet_core.formats import get_codec, quantize
 from bitnet_core.gguf import expected_shapes, open_model_file, write_gguf
+from bitnet_core.model.presets import preset
 
-ROWS, COLS = 6912, 2560
+B2B4T = preset("2b4t")
+ROWS, COLS = B2B4T.intermediate_size, B2B4T.hidden_size
 CODECS = ("tq2_0", "tq1_0", "i2_s", "qk256", "bitnet32", "f16")
 
 
@@ -45,7 +47,7 @@ def test_quantize(benchmark, qtype):
 
 
 def test_open_model_with_llama3_vocab(benchmark, tmp_path_factory):
-    vocab = 128256
+    vocab = B2B4T.vocab_size
     cfg = BitNetConfig(
         vocab_size=vocab,
         hidden_size=256,

@@ -51,24 +51,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 import machine_probe  # noqa: E402
 
-LARGE = dict(
-    vocab_size=32002,
-    hidden_size=1536,
-    num_layers=24,
-    num_heads=16,
-    num_kv_heads=16,
-    intermediate_size=4096,
-    context_length=2048,
-)
-
 
 def make_model(path: Path) -> Path:
-    from bitnet_core.config import BitNetConfig
     from bitnet_core.model import random_model_file
+    from bitnet_core.model.presets import preset
 
     if not path.exists():
         t0 = time.perf_counter()
-        random_model_file(path, BitNetConfig(**LARGE), seed=0, ternary_type="tq2_0")
+        random_model_file(path, preset("large"), seed=0, ternary_type="tq2_0")
         print(f"wrote {path} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return path
 

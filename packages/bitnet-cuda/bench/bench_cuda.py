@@ -154,22 +154,12 @@ def kernel_times(
 def random_2b4t_weights(layers: int):
     """``ModelWeights`` of a random I2_S model of the 2B-4T shape with ``layers`` layers
     (written to a temporary GGUF file and read back, as a real model is)."""
-    from bitnet_core.config import BitNetConfig
     from bitnet_core.gguf import open_model_file
     from bitnet_core.model import ModelWeights
+    from bitnet_core.model.presets import preset
     from bitnet_core.model.random import random_model_file
 
-    cfg = BitNetConfig(
-        vocab_size=128256,
-        hidden_size=2560,
-        num_layers=layers,
-        num_heads=20,
-        num_kv_heads=5,
-        intermediate_size=6912,
-        context_length=4096,
-        rope_theta=500000.0,
-        ffn_activation="relu2",
-    )
+    cfg = preset("2b4t", num_layers=layers)
     path = Path(tempfile.mkdtemp()) / "2b4t-random.gguf"
     random_model_file(path, cfg, seed=0, ternary_type="i2_s")
     return ModelWeights.from_model_file(open_model_file(path))

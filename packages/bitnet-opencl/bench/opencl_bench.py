@@ -34,13 +34,9 @@ from bitnet_core.config import BitNetConfig
 from bitnet_core.hal.selection import select
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.model import Model, random_weights
+from bitnet_core.model.presets import preset
 from bitnet_opencl import OpenCLProvider
 
-#: (hidden, intermediate, kv_dim) per model size; the layer's ternary matmuls.
-SIZES = {
-    "small": (1024, 2816, 256),
-    "2b": (2560, 6912, 640),  # bitnet-b1.58-2B-4T
-}
 MODELS = {
     "tiny": BitNetConfig(
         vocab_size=4096, hidden_size=512, num_layers=4, num_heads=8, num_kv_heads=2,
@@ -50,16 +46,14 @@ MODELS = {
         vocab_size=8192, hidden_size=1024, num_layers=8, num_heads=16, num_kv_heads=4,
         intermediate_size=2816, context_length=512, ffn_activation="relu2",
     ),
-    "2b": BitNetConfig(
-        vocab_size=128256, hidden_size=2560, num_layers=30, num_heads=20, num_kv_heads=5,
-        intermediate_size=6912, context_length=4096, rope_theta=500000.0,
-        ffn_activation="relu2",
-    ),
+    "2b": preset("2b4t"),
 }  # fmt: skip
 
 
 def layer_shapes(size: str) -> list[tuple[str, int, int]]:
-    h, f, kv = SIZES[size]
+    cfg = MODELS[size]
+    h, f = cfg.hidden_size, cfg.intermediate_size
+    kv = h // cfg.num_heads * cfg.num_kv_heads
     return [("q/o", h, h), ("k/v", kv, h), ("gate/up", f, h), ("down", h, f)]
 
 
@@ -155,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--device", help="OpenCL device P:D (default: BITNET_OPENCL_DEVICE or best)")
     ap.add_argument("--cpu", default="cpu", help="CPU provider to compare with (default: best)")
-    ap.add_argument("--shapes", choices=sorted(SIZES), default="small")
+    ap.add_argument("--shapes", choices=("small", "2b"), default="small")
     ap.add_argument("--model", choices=sorted(MODELS), default="tiny")
     ap.add_argument("--tokens", type=int, default=16, help="decode tokens timed")
     ap.add_argument(

@@ -19,41 +19,29 @@ Two measurements, each printed for both providers with the ratio:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from bitnet_core.config import BitNetConfig
 from bitnet_core.hal.weights import TernaryWeight
-
-
-@dataclass(frozen=True)
-class Shape:
-    hidden: int
-    inner: int
-    layers: int
-    heads: int
-    kv_heads: int
-    vocab: int
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
+from bitnet_core.model.presets import preset
 
 PRESETS = {
     # what lavapipe on 2 shared cores runs in seconds
-    "small": Shape(hidden=512, inner=1408, layers=4, heads=8, kv_heads=2, vocab=4096),
+    "small": BitNetConfig(vocab_size=4096, hidden_size=512, num_layers=4, num_heads=8,
+                          num_kv_heads=2, intermediate_size=1408),
     # 1bitLLM bitnet_b1_58-large's layer shapes, fewer layers and a smaller vocabulary
-    "large": Shape(hidden=1536, inner=4096, layers=4, heads=16, kv_heads=16, vocab=8192),
+    "large": preset("large", num_layers=4, vocab_size=8192),
     # bitnet-b1.58-2B-4T (a GPU's job)
-    "2b": Shape(hidden=2560, inner=6912, layers=30, heads=20, kv_heads=5, vocab=128256),
-}
+    "2b": preset("2b4t"),
+}  # fmt: skip
 
 
 def providers(cpu_name: str | None) -> tuple[Any, Any]:
@@ -111,24 +99,14 @@ def bench_gemv(
     return best, sum(s for _, s in runs) / sum(n for n, _ in runs)
 
 
-def random_model(s: Shape, context: int) -> Any:
+def random_model(s: BitNetConfig, context: int) -> Any:
     """The random weights (seed 0) of a model of shape ``s`` and ``context`` positions."""
-    from bitnet_core.config import BitNetConfig
     from bitnet_core.model.random import random_weights
 
-    cfg = BitNetConfig(
-        vocab_size=s.vocab,
-        hidden_size=s.hidden,
-        num_layers=s.layers,
-        num_heads=s.heads,
-        num_kv_heads=s.kv_heads,
-        intermediate_size=s.inner,
-        context_length=context,
-    )
-    return random_weights(cfg, seed=0)
+    return random_weights(dataclasses.replace(s, context_length=context), seed=0)
 
 
-def bench_decode(device: str, s: Shape, prompt: int, tokens: int) -> dict[str, float]:
+def bench_decode(device: str, s: BitNetConfig, prompt: int, tokens: int) -> dict[str, float]:
     """Greedy decode through the engine (``bitnet_core.model``) on a random model of shape ``s``."""
     from bitnet_core.model.api import Model
 
@@ -170,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     vk, cpu = providers(args.cpu)
     report: dict[str, Any] = {
         "preset": args.preset,
-        "shape": s.__dict__,
+        "shape": dataclasses.asdict(s),
         "vulkan_device": vk.probe(explicit=True).device,
         "integer_dot_product": vk.context.use_int_dot,
         "cpu_provider": None if args.no_cpu else cpu.name,
@@ -179,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"vulkan: {report['vulkan_device']} (int dot: {report['integer_dot_product']})")
     print(f"cpu:    {report['cpu_provider']}")
     rng = np.random.default_rng(0)
-    for rows, cols in [(s.hidden, s.hidden), (s.inner, s.hidden), (s.hidden, s.inner)]:
+    h, f = s.hidden_size, s.intermediate_size
+    for rows, cols in [(h, h), (f, h), (h, f)]:
         nbytes = rows * (-(-cols // 4)) + 4 * rows + cols
         t_vk, t_kernel = bench_gemv(vk, rows, cols, args.repeat, rng)
         t_cpu = None
