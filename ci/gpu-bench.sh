@@ -58,24 +58,29 @@ cat "$OUTDIR"/smoke-*.log >"$OUTDIR/smoke.log" 2>/dev/null && rm -f "$OUTDIR"/sm
 stage cuda 150 "$PY" packages/bitnet-cuda/bench/bench_cuda.py --tokens 32 --repeat 20 \
   --json "$RES/cuda.json"
 # where a step's time goes, kernel by kernel (PyTorch's profiler sees the graph's kernels)
-# at a short and a long context (the attention's splits grow with the cache)
-stage cuda 100 "$PY" packages/bitnet-cuda/bench/step_profile.py --steps 16 --prompt 64 1000 \
-  --json "$RES/cuda-step.json"
+# at a short and a long context (the attention's splits grow with the cache); the 2B-4T
+# preset's random I2_S file is written once and read by the Vulkan stage too
+stage cuda 100 "$PY" tools/bench/step_profile.py --preset 2b4t --ternary-type i2_s --device cuda \
+  --kernels --steps 16 --prompt 64 1000 --json "$RES/cuda-step.json"
 stage vulkan 80 "$PY" packages/bitnet-vulkan/bench/bench_vulkan.py --preset 2b --no-cpu \
   --tokens 16 --json "$RES/vulkan.json"
-# where a Vulkan step's time goes, dispatch by dispatch (timestamp queries)
-stage vulkan 60 "$PY" packages/bitnet-vulkan/bench/step_profile.py --steps 16 --prompt 64 1000 \
-  --json "$RES/vulkan-step-profile.json"
+# where a Vulkan step's time goes, dispatch by dispatch (timestamp queries); 64 untimed
+# steps first (an H100's first steps ran ~2x slower, its clocks ramping up)
+stage vulkan 60 "$PY" tools/bench/step_profile.py --preset 2b4t --ternary-type i2_s --device vulkan \
+  --kernels --warmup 64 --steps 16 --prompt 64 1000 --json "$RES/vulkan-step-profile.json"
 stage opencl 70 "$PY" packages/bitnet-opencl/bench/opencl_bench.py --shapes 2b --model small \
   --tokens 16 --cpu-tokens 4 --copy-mb 512 --json "$RES/opencl.json"
-# host ms a decode step, fused engine against generic, on the issue-27 model (30 thin layers)
-stage steps 30 "$PY" packages/bitnet-vulkan/bench/decode_step.py --steps 20 --json "$RES/vulkan-step.json"
-M="$(ls /tmp/bitnet-vulkan-issue27-*.gguf 2>/dev/null | head -1)"
-if [ -n "$M" ]; then
-  stage steps 30 "$PY" packages/bitnet-opencl/bench/decode_step.py "$M" --steps 20
-  stage steps 20 "$PY" packages/bitnet-webgpu/bench/decode_step.py -m "$M" --steps 20
-  BITNET_WEBGPU_FUSED=0 stage steps 20 "$PY" packages/bitnet-webgpu/bench/decode_step.py -m "$M" --steps 20
-fi
+# host ms a decode step, fused engine against generic, on the issue-27 model (30 thin
+# layers: tools/bench/step_profile.py's --preset host-bound), the variants interleaved
+stage steps 30 "$PY" tools/bench/step_profile.py --preset host-bound --device vulkan --steps 20 \
+  --variant fused:BITNET_VULKAN_FUSED=1 --variant generic:BITNET_VULKAN_FUSED=0 \
+  --json "$RES/vulkan-step.json"
+stage steps 30 "$PY" tools/bench/step_profile.py --preset host-bound --device opencl --steps 20 \
+  --variant command-buffer: --variant loop:BITNET_OPENCL_COMMAND_BUFFER=0 \
+  --variant generic:BITNET_OPENCL_FUSED=0 --json "$RES/opencl-step.json"
+stage steps 40 "$PY" tools/bench/step_profile.py --preset host-bound --device webgpu --steps 20 \
+  --variant fused:BITNET_WEBGPU_FUSED=1 --variant generic:BITNET_WEBGPU_FUSED=0 \
+  --json "$RES/webgpu-step.json"
 
 # --- the host's own CPU, last, in what time is left: many cores with AVX-512 on the
 # lent H100's host (16 cores, cpu-avx512), which no CI machine has (ci/host-cpu.sh)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -417,3 +419,48 @@ def test_bitnetcpp_gemm_refuses_what_is_not_a_checkout(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         bench.main(["--bitnet-src", str(tmp_path), "--shapes", "8x128"])
     assert exc.value.code == 2
+
+
+def test_step_profile_variants_side_by_side(tmp_path, monkeypatch, capsys):
+    """tools/bench/step_profile.py: bitnet bench --profile's figures a variant, each variant
+    loaded in its own environment (the fused CPU engine against the op-by-op one)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the preset's random file
+    sp = load_script("step_profile")
+    out = tmp_path / "steps.json"
+    argv = ["--preset", "host-bound", "--layers", "2", "--device", "cpu", "--steps", "3"]
+    argv += ["--prompt", "4", "6", "--rounds", "2", "--json", str(out)]
+    argv += ["--variant", "fused:BITNET_CPU_FUSED=1", "--variant", "opbyop:BITNET_CPU_FUSED=0"]
+    assert sp.main(argv) == 0
+    got = json.loads(out.read_text())
+    assert list(got["variants"]) == ["fused", "opbyop"] and got["rounds"] == 2
+    assert Path(got["model"]).parent == tmp_path
+    for name, variant in got["variants"].items():
+        assert variant["provider"].startswith("cpu-")
+        assert [r["prompt"] for r in variant["runs"]] == [4, 6]
+        for r in variant["runs"]:
+            assert r["decode_steps"] == 6  # 3 steps, 2 rounds
+            assert r["host_ms_per_step"] > 0 and r["wall_ms_per_step"] > 0
+            assert r["decode_tokens_per_s"] > 0 and r["keys_per_split"] is None
+            # the per-op table only where the fused engine times its ops
+            assert ("ops" in r) == (name == "fused"), r
+    assert "opbyop (cpu-" in capsys.readouterr().out
+    assert "BITNET_CPU_FUSED" not in os.environ  # each load's environment undone
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--variant", "nocolon"], "expected NAME:VAR=VALUE"),
+        (["--variant", "x:NOEQUALS"], "expected NAME:VAR=VALUE"),
+        (["--kernels"], "no kernel timer"),
+        (["--keys-per-split", "16"], "no attention split size"),
+        (["--steps", "0"], "--steps must be positive"),
+    ],
+)
+def test_step_profile_refuses_bad_arguments(argv, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    sp = load_script("step_profile")
+    base = ["--preset", "host-bound", "--layers", "1", "--device", "cpu", "--steps", "1"]
+    assert sp.main([*base, *argv]) != 0
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err, err

@@ -1,4 +1,4 @@
-"""sdk.step_profile: the per-kernel table the GPU backends' step profilers print."""
+"""sdk.step_profile: the per-kernel table ``tools/bench/step_profile.py --kernels`` prints."""
 
 from __future__ import annotations
 
@@ -25,31 +25,3 @@ def test_report_sets_the_sum_against_the_wall_time():
     assert lines[3].startswith("a_rather_long_kernel_name_of_a_shader ")  # never cut
     assert lines[3].split()[1:] == ["1.0", "1000.0", "100.0%"]
     assert kernel_rows({}, steps=1) == []
-
-
-def test_run_options_and_the_runs_json(tmp_path):
-    import argparse
-    import json
-
-    from bitnet_core.sdk.step_profile import add_run_options, run_record, write_runs
-
-    ap = argparse.ArgumentParser()
-    add_run_options(ap, "keys")
-    args = ap.parse_args(["--prompt", "64", "1000", "--keys-per-split", "32", "16"])
-    assert (args.steps, args.prompt, args.keys_per_split, args.json) == (
-        16,
-        [64, 1000],
-        [32, 16],
-        None,
-    )
-    assert ap.parse_args([]).prompt == [64] and ap.parse_args([]).keys_per_split is None
-    rows = kernel_rows({"a": (2, 0.002)}, steps=2)
-    runs = [run_record(64, 16, 8, 128, 0.0025, rows), run_record(1000, 16, 64, 2048, 0.003, [])]
-    write_runs(None, {}, runs)  # no path: nothing written
-    out = tmp_path / "p.json"
-    write_runs(str(out), {"device": "d", "steps": 2}, runs)
-    got = json.loads(out.read_text())
-    assert got["device"] == "d" and [r["splits"] for r in got["runs"]] == [8, 64]
-    assert got["runs"][1] == {"prompt": 1000, "keys_per_split": 16, "splits": 64,
-                              "capacity": 2048, "step_wall_us": 3000.0, "kernels": []}  # fmt: skip
-    assert got["step_wall_us"] == 2500.0 and got["kernels"] == rows  # the first run's

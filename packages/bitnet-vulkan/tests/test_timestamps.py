@@ -63,3 +63,34 @@ def test_off_by_default_no_queries(monkeypatch):
     with runner.new_cache() as seq:
         assert runner.forward(np.arange(1, 4), seq).shape == (CONFIG.vocab_size,)
     p.close()
+
+
+def test_step_profile_tool_reads_the_timestamps_per_split_size(tmp_path):
+    """tools/bench/step_profile.py --kernels on this provider: a kernel table from the
+    timestamps (set on for the load) for every split size asked, on the same weights."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = VulkanProvider().probe(explicit=True)
+    if not probe.available:
+        pytest.skip(f"no Vulkan device: {probe.reason}")
+    root = Path(__file__).resolve().parents[3]
+    out = tmp_path / "vk.json"
+    argv = [sys.executable, str(root / "tools" / "bench" / "step_profile.py"), "--preset",
+            "host-bound", "--layers", "2", "--device", "vulkan", "--kernels", "--steps", "2",
+            "--prompt", "8", "40", "--keys-per-split", "16", "64", "--json", str(out)]  # fmt: skip
+    env = {k: v for k, v in __import__("os").environ.items() if k != ENV_TIMESTAMPS}
+    env["TMPDIR"] = str(tmp_path)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    runs = json.loads(out.read_text())["variants"]["default"]["runs"]
+    assert [(r["prompt"], r["keys_per_split"]) for r in runs] == [
+        (8, 16), (8, 64), (40, 16), (40, 64)
+    ]  # fmt: skip
+    for r in runs:
+        kernels = {k["kernel"]: k for k in r["kernels"]}
+        assert kernels["attention_split"]["launches_per_step"] == 2  # a layer each
+        assert any(k.startswith("matmul_i2s") for k in kernels), kernels
+        assert r["step_wall_us"] > 0 and r["capacity"] >= 40

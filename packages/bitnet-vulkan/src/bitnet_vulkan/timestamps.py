@@ -7,8 +7,8 @@ reads them back and adds each command's time to ``times`` under its shader
 variant's name (``copy`` and ``fill`` for transfers). Every command is
 followed by a full barrier, so a difference is that command's own time on
 the device (its barrier included). Off by default: the queries cost a little
-on every step. ``packages/bitnet-vulkan/bench/step_profile.py`` prints them
-for a decode step.
+on every step. ``tools/bench/step_profile.py --device vulkan --kernels`` prints
+them for a decode step.
 """
 
 from __future__ import annotations
