@@ -24,7 +24,6 @@ The shape defaults to bitnet_b1_58-large's (16 query and KV heads of 96);
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -36,7 +35,7 @@ import numpy as np
 from bitnet_core import _native
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gemv_bandwidth import default_isa, machine_report  # noqa: E402
+from gemv_bandwidth import default_isa, write_report  # noqa: E402
 
 CONTEXTS = [128, 512, 2048]
 WORKING_SET_MB = 256  # MiB of caches cycled through per measurement (and read by the probe)
@@ -143,9 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"hot {r['hot_us']:8.1f} us  read {r['read_us']:8.1f} us {r['read_gbps']:5.1f} GB/s  "
                 f"serial {r['serial']:5.2f}"
             )
-    report = {"machine": machine_report(), "isa": args.isa, "results": results}
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.out}")
+    write_report(args.out, args.isa, results)
     return 0
 
 

@@ -78,6 +78,15 @@ def machine_report() -> dict:
     }
 
 
+def write_report(out: Path, isa: str, results: list, **fields) -> dict:
+    """Write the JSON the kernel benches write (the machine, the ISA, ``fields``, the
+    results) to ``out`` and say so; the report."""
+    report = {"machine": machine_report(), "isa": isa, **fields, "results": results}
+    out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {out}")
+    return report
+
+
 class ReadProbe:
     """Streams ``nbytes`` with every thread of ``kernels``: the read bandwidth."""
 
@@ -238,15 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{100 * r['frac_of_read']:5.1f}% of read"
                 + (f"  {r['gmacs']:6.1f} G MAC/s ({args.tokens} tokens)" if "gmacs" in r else "")
             )
-    report = {
-        "machine": machine_report(),
-        "isa": args.isa,
-        "copy": copy,
-        "probe_bytes": probe.buf.nbytes,
-        "results": results,
-    }
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.out}")
+    report = write_report(args.out, args.isa, results, copy=copy, probe_bytes=probe.buf.nbytes)
     if args.png:
         plot(report, args.png)
     return 0

@@ -17,7 +17,6 @@ The shape defaults to bitnet_b1_58-large's (16 query and KV heads of 96);
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -29,7 +28,7 @@ import numpy as np
 from bitnet_core import _native
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gemv_bandwidth import default_isa, machine_report  # noqa: E402
+from gemv_bandwidth import default_isa, write_report  # noqa: E402
 from machine_probe import ProbeError, fma_peak  # noqa: E402
 
 TOKENS = [128, 512, 1500]
@@ -122,9 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     except ProbeError as exc:
         print(exc, file=sys.stderr)
         return 1
-    report = {"machine": machine_report(), "isa": args.isa, "results": results}
-    args.out.write_text(json.dumps(report, indent=2))
-    print(f"wrote {args.out}")
+    write_report(args.out, args.isa, results)
     return 0
 
 

@@ -36,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -60,21 +61,6 @@ def parse_variant(text: str) -> tuple[str, dict[str, str]]:
     if not name or not sep:
         raise ConfigError(f"--variant {text!r}: expected NAME:VAR=VALUE[,VAR=VALUE]")
     return name, env
-
-
-@contextlib.contextmanager
-def environment(env: dict[str, str]) -> Iterator[None]:
-    """``env`` set in ``os.environ`` inside the block, the previous values back after it."""
-    before = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def preset_file(name: str, layers: int | None, ternary_type: str) -> Path:
@@ -165,7 +151,7 @@ def load_variants(args: argparse.Namespace, path: Path) -> dict[str, object]:
         extra[f"BITNET_{args.device.upper().replace('-', '_')}_TIMESTAMPS"] = "1"
     models = {}
     for name, env in variants.items():
-        with environment({**extra, **env}):
+        with mock.patch.dict(os.environ, {**extra, **env}):
             models[name] = load(path, args.device, kv_cache=kv, progress=False)
     return models
 
@@ -215,19 +201,20 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def print_report(result: dict) -> None:
+    """A row a (variant, prompt, split size); below it the ops and kernels where measured."""
+    print(f"{'variant (provider)':28s} {'prompt':>6s} {'split':>5s} {'host ms':>8s} "
+          f"{'wall ms':>8s} {'subs':>6s} {'tok/s':>8s}")  # fmt: skip
     for name, variant in result["variants"].items():
         for r in variant["runs"]:
-            subs = r["submissions_per_step"]
-            split = "" if r["keys_per_split"] is None else f", {r['keys_per_split']} keys a split"
-            print(
-                f"{name} ({variant['provider']}), {r['prompt']}-token prompt{split}: "
-                f"host {r['host_ms_per_step']:.3f} ms  wall {r['wall_ms_per_step']:.3f} ms  "
-                f"submissions {'n/a' if subs is None else f'{subs:.1f}'}  "
-                f"decode {r['decode_tokens_per_s']:.2f} tok/s"
-            )
-            for op, t in r.get("ops", {}).items():
-                rate = f"  {t['gb_per_s']:.1f} GB/s" if "gb_per_s" in t else ""
-                print(f"  {op:16s} {t['ms']:8.3f} ms{rate}")
+            subs, split = r["submissions_per_step"], r["keys_per_split"]
+            print(f"{name + ' (' + variant['provider'] + ')':28s} {r['prompt']:6d} "
+                  f"{'-' if split is None else split:>5} {r['host_ms_per_step']:8.3f} "
+                  f"{r['wall_ms_per_step']:8.3f} {'-' if subs is None else f'{subs:.1f}':>6s} "
+                  f"{r['decode_tokens_per_s']:8.2f}")  # fmt: skip
+            ops = [f"{op} {t['ms']:.3f}" + (f" ({t['gb_per_s']:.1f} GB/s)" if "gb_per_s" in t else "")
+                   for op, t in r.get("ops", {}).items()]  # fmt: skip
+            if ops:
+                print("  ms a step by op: " + ", ".join(ops))
             if "kernels" in r:
                 title = f"  kernels over {result['steps']} steps (cache of {r['capacity']} rows)"
                 print(report(title, r["kernels"], r["step_wall_us"] * 1e-6, "host, gaps"))

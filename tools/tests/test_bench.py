@@ -443,7 +443,7 @@ def test_step_profile_variants_side_by_side(tmp_path, monkeypatch, capsys):
             assert r["decode_tokens_per_s"] > 0 and r["keys_per_split"] is None
             # the per-op table only where the fused engine times its ops
             assert ("ops" in r) == (name == "fused"), r
-    assert "opbyop (cpu-" in capsys.readouterr().out
+    assert "opbyop (cpu-" in capsys.readouterr().out  # a row a variant
     assert "BITNET_CPU_FUSED" not in os.environ  # each load's environment undone
 
 

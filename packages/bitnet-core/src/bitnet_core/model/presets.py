@@ -17,38 +17,16 @@ from ..errors import ConfigError
 
 PRESETS: dict[str, BitNetConfig] = {
     # bitnet-b1.58-2B-4T: LLaMA-3 BPE vocabulary, grouped-query heads, squared ReLU
-    "2b4t": BitNetConfig(
-        vocab_size=128256,
-        hidden_size=2560,
-        num_layers=30,
-        num_heads=20,
-        num_kv_heads=5,
-        intermediate_size=6912,
-        context_length=4096,
-        rope_theta=500000.0,
-        ffn_activation="relu2",
-    ),
+    "2b4t": BitNetConfig(vocab_size=128256, hidden_size=2560, num_layers=30, num_heads=20,
+                         num_kv_heads=5, intermediate_size=6912, context_length=4096,
+                         rope_theta=500000.0, ffn_activation="relu2"),
     # 1bitLLM bitnet_b1_58-large (the 700M model): LLaMA SPM vocabulary, SiLU, tied head
-    "large": BitNetConfig(
-        vocab_size=32002,
-        hidden_size=1536,
-        num_layers=24,
-        num_heads=16,
-        num_kv_heads=16,
-        intermediate_size=4096,
-        context_length=2048,
-    ),
+    "large": BitNetConfig(vocab_size=32002, hidden_size=1536, num_layers=24, num_heads=16,
+                          num_kv_heads=16, intermediate_size=4096, context_length=2048),
     # issue 27's decode-step host-time model: 30 small layers, so the host's work shows
-    "host-bound": BitNetConfig(
-        vocab_size=1024,
-        hidden_size=256,
-        num_layers=30,
-        num_heads=4,
-        num_kv_heads=1,
-        intermediate_size=512,
-        context_length=512,
-    ),
-}
+    "host-bound": BitNetConfig(vocab_size=1024, hidden_size=256, num_layers=30, num_heads=4,
+                               num_kv_heads=1, intermediate_size=512, context_length=512),
+}  # fmt: skip
 
 
 def preset(name: str, **changes) -> BitNetConfig:
