@@ -70,7 +70,8 @@ def test_no_tracked_file_points_outside_the_repository():
 
 
 @pytest.mark.parametrize(
-    "line", ["see ../" + "shared/DESIGN.md", "(shared/" + "REFERENCE.md)", "the shared/" + "seeds/"]
+    "line",
+    ["see ../" + "shared/" + "DESIGN.md", "(shared/" + "REFERENCE.md)", "the shared/" + "seeds/"],
 )
 def test_a_pointer_outside_is_found(line, tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
