@@ -38,8 +38,10 @@ from pathlib import Path
 
 import numpy as np
 
+from bitnet_core.model.presets import matrix_shapes, preset
+
 HARNESS = Path(__file__).resolve().parent / "bitnetcpp_gemm_harness.cpp"
-SHAPES = [(1536, 1536), (4096, 1536), (1536, 4096)]  # rows x columns: q/k/v/o, gate/up, down
+SHAPES = matrix_shapes(preset("large"))  # rows x columns: q/k/v/o, gate/up, down
 
 
 class HarnessError(RuntimeError):

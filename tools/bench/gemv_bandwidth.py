@@ -38,11 +38,12 @@ import numpy as np
 
 from bitnet_core import _native
 from bitnet_core.formats import get_codec
+from bitnet_core.model.presets import matrix_shapes, preset
 from bitnet_core.native import cpu_features
 
 SHAPES = {
-    "bitnet_b1_58-large": [(1536, 1536), (4096, 1536), (1536, 4096)],
-    "BitNet-b1.58-2B-4T": [(2560, 2560), (6912, 2560), (2560, 6912), (640, 2560)],
+    "bitnet_b1_58-large": matrix_shapes(preset("large")),
+    "BitNet-b1.58-2B-4T": matrix_shapes(preset("2b4t")),
 }
 HEADS = {"bitnet_b1_58-large head": (32000, 1536)}
 WORKING_SET_MB = 256  # MiB of weights cycled through per measurement, and read by the probe

@@ -34,7 +34,7 @@ from bitnet_core.config import BitNetConfig
 from bitnet_core.hal.selection import select
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.model import Model, random_weights
-from bitnet_core.model.presets import preset
+from bitnet_core.model.presets import layer_matrices, preset
 from bitnet_opencl import OpenCLProvider
 
 MODELS = {
@@ -51,10 +51,7 @@ MODELS = {
 
 
 def layer_shapes(size: str) -> list[tuple[str, int, int]]:
-    cfg = MODELS[size]
-    h, f = cfg.hidden_size, cfg.intermediate_size
-    kv = h // cfg.num_heads * cfg.num_kv_heads
-    return [("q/o", h, h), ("k/v", kv, h), ("gate/up", f, h), ("down", h, f)]
+    return layer_matrices(MODELS[size])
 
 
 def timeit(fn, sync, min_time: float = 0.5, min_reps: int = 3) -> float:

@@ -38,3 +38,16 @@ def preset(name: str, **changes) -> BitNetConfig:
             f"unknown model preset {name!r} (known: {', '.join(sorted(PRESETS))})"
         ) from None
     return dataclasses.replace(config, **changes) if changes else config
+
+
+def layer_matrices(config: BitNetConfig) -> list[tuple[str, int, int]]:
+    """The ternary matrices of one layer as (name, rows, columns): q and o, k and v, gate and
+    up, down."""
+    h, f = config.hidden_size, config.intermediate_size
+    kv = h // config.num_heads * config.num_kv_heads
+    return [("q/o", h, h), ("k/v", kv, h), ("gate/up", f, h), ("down", h, f)]
+
+
+def matrix_shapes(config: BitNetConfig) -> list[tuple[int, int]]:
+    """The distinct (rows, columns) of ``layer_matrices``, in their order."""
+    return list(dict.fromkeys((rows, cols) for _, rows, cols in layer_matrices(config)))
