@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from bitnet_core.model.api import load
-from bitnet_core.model.kv_cache import KVCacheConfig
+from bitnet_core.sdk.kv_cache import KVCacheConfig
 
 ENGINES = {
     "generic": {"BITNET_OPENCL_FUSED": "0"},

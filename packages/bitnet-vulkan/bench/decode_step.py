@@ -22,8 +22,8 @@ import numpy as np
 
 from bitnet_core.config import BitNetConfig
 from bitnet_core.model.api import load
-from bitnet_core.model.kv_cache import KVCacheConfig
 from bitnet_core.model.random import random_model_file
+from bitnet_core.sdk.kv_cache import KVCacheConfig
 
 #: the 30-layer model of issue 27 (hidden 256, 4/1 heads, ffn 512, vocab 1024, TQ2_0)
 ISSUE27 = BitNetConfig(

@@ -49,9 +49,9 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.hal.switches import env_enabled
-from bitnet_core.model.kv_cache import Sequence
-from bitnet_core.model.runner import GenericRunner
 from bitnet_core.sdk.fused import FusedLayer, decode_together, fused_layers
+from bitnet_core.sdk.kv_cache import Sequence
+from bitnet_core.sdk.runner import GenericRunner
 
 from .provider import CudaProvider, CudaTernary, HalfTable, device_address
 

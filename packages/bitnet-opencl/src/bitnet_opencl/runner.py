@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import ProviderError
-from bitnet_core.model.kv_cache import Sequence
-from bitnet_core.model.runner import GenericRunner
 from bitnet_core.sdk.fused import decode_together, fused_layers
+from bitnet_core.sdk.kv_cache import Sequence
+from bitnet_core.sdk.runner import GenericRunner
 
 from .buffers import CLArray
 from .memory import cl_op

@@ -54,8 +54,8 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.hal.switches import env_enabled
-from bitnet_core.model.kv_cache import Sequence
-from bitnet_core.model.runner import GenericRunner
+from bitnet_core.sdk.kv_cache import Sequence
+from bitnet_core.sdk.runner import GenericRunner
 
 from .arrays import Lease, VulkanArray, VulkanWeight
 from .launch import MATMUL_SG_CPU, MATMUL_SG_GPU, norm_wg, pow2_at_least

@@ -1,14 +1,14 @@
 """The model: the generic Level-2 runner over provider ops, weights, KV cache,
 memory pool, sampling, generation, receipts, and the ``load`` API."""
 
+from ..sdk.kv_cache import EvictionPolicy, KVCache, KVCacheConfig, Sequence
+from ..sdk.memory_pool import MemoryPool, PoolStats
+from ..sdk.runner import GenericRunner
+from ..sdk.weights import DeviceWeights, ModelWeights
 from .api import Model, demo_model_path, load
 from .generation import GenerationStats, Session, generate_tokens
-from .kv_cache import EvictionPolicy, KVCache, KVCacheConfig, Sequence
-from .memory_pool import MemoryPool, PoolStats
 from .random import byte_tokenizer_metadata, random_model_file, random_weights
-from .runner import GenericRunner
 from .sampling import Sampler, SamplingParams, StopMatcher
-from .weights import DeviceWeights, ModelWeights
 
 __all__ = [
     "DeviceWeights",

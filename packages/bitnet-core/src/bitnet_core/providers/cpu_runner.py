@@ -35,8 +35,8 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedOperationError
 from ..hal.switches import env_enabled
-from ..model.kv_cache import Sequence
-from ..model.runner import GenericRunner
+from ..sdk.kv_cache import Sequence
+from ..sdk.runner import GenericRunner
 from .file_pages import file_extent, release_file_pages
 
 
