@@ -1,6 +1,6 @@
 """The Vulkan backend: a forward pass in ten dispatches a layer, decode steps recorded once.
 
-The generic engine (``bitnet_core.model.GenericRunner``) calls ~20 provider
+The generic engine (``bitnet_core.sdk.runner.GenericRunner``) calls ~20 provider
 ops a layer, each a Python call that looks up a pipeline, a descriptor set and
 a pooled buffer; even when the stream replays the step's command buffer, the
 host pays for every op (about 20 ms a step for 30 layers on lavapipe).

@@ -1,6 +1,6 @@
 """The WebGPU backend: a forward pass in ten dispatches a layer, encoded from a prebuilt list.
 
-The generic engine (``bitnet_core.model.GenericRunner``) calls ~25 provider
+The generic engine (``bitnet_core.sdk.runner.GenericRunner``) calls ~25 provider
 ops a layer, each a Python call that sets up a dispatch. ``WebGPURunner``
 keeps the generic engine's weights upload, KV cache and locking, and runs a
 token through the fused shaders instead::

@@ -1,5 +1,6 @@
-"""The model: the generic Level-2 runner over provider ops, weights, KV cache,
-memory pool, sampling, generation, receipts, and the ``load`` API."""
+"""The model: the ``load`` API, sampling, generation and receipts, with the engine the
+SDK holds (``bitnet_core.sdk``: the generic runner, weights, KV cache, memory pool)
+re-exported for callers of the model."""
 
 from ..sdk.kv_cache import EvictionPolicy, KVCache, KVCacheConfig, Sequence
 from ..sdk.memory_pool import MemoryPool, PoolStats
