@@ -55,7 +55,7 @@ def models(extra: list[Path]) -> list[tuple[str, Any]]:
     from bitnet_core.gguf import open_model_file
     from bitnet_core.model import random_weights
     from bitnet_core.model.api import demo_model_path
-    from bitnet_core.model.weights import ModelWeights
+    from bitnet_core.sdk.weights import ModelWeights
     from bitnet_core.testing.model import FILE_CONFIG, MODEL_CONFIGS
 
     out = [

@@ -43,9 +43,9 @@ import numpy as np
 from bitnet_core.cli.commands.bench import bench_once, step_profile
 from bitnet_core.errors import BitnetError, ConfigError
 from bitnet_core.model.api import load
-from bitnet_core.model.kv_cache import KVCacheConfig
 from bitnet_core.model.presets import PRESETS, preset
 from bitnet_core.model.random import random_model_file
+from bitnet_core.sdk.kv_cache import KVCacheConfig
 from bitnet_core.sdk.step_profile import kernel_rows, report
 
 

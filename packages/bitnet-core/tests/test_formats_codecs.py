@@ -37,7 +37,7 @@ def _stored(name: str, s: np.ndarray) -> np.ndarray:
     if name in ("tq2_0", "tq1_0", "bitnet32", "f16"):
         return s.astype(np.float16).astype(np.float32)
     if name == "bf16":
-        from bitnet_core.formats.dense import bf16_to_f32, f32_to_bf16
+        from bitnet_core.hal.bf16 import bf16_to_f32, f32_to_bf16
 
         return bf16_to_f32(f32_to_bf16(s))
     return s

@@ -16,8 +16,8 @@ from native_cpu import available_providers
 
 from bitnet_core.errors import ConfigError
 from bitnet_core.model import KVCache, KVCacheConfig, demo_model_path, load
-from bitnet_core.model.runner import resolve_kv_dtype
 from bitnet_core.providers.reference import ReferenceProvider
+from bitnet_core.sdk.kv_cache import resolve_kv_dtype
 
 HELD_OUT = Path(__file__).parent / "data" / "shakespeare_heldout.txt"
 

@@ -73,8 +73,8 @@ def test_chat_prompt_from_the_file_template(tmp_path):
 def test_bf16_tables_stay_views_and_widen_exactly(tmp_path, device):
     """A BF16 embedding is a view of the file (no float32 copy on the host); a provider
     without ``bfloat16`` in ``table_dtypes`` computes on its exact float32 widening."""
-    from bitnet_core.formats.dense import BF16Array
     from bitnet_core.gguf import open_model_file
+    from bitnet_core.hal.bf16 import BF16Array
     from bitnet_core.model import ModelWeights
 
     path = random_model_file(tmp_path / "bf16.gguf", CFG, seed=9, dense_type="bf16")

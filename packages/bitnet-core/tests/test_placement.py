@@ -142,7 +142,7 @@ def test_a_model_on_a_partial_provider_runs_its_matmuls_and_the_receipt_says_so(
     """The engine calls ``linear``: composed, its matmul runs on the device (before, the
     whole ``linear`` ran on the host and the device's ``matmul_i2s`` never ran)."""
     from bitnet_core.model import Model, random_weights
-    from bitnet_core.model.runner import GenericRunner
+    from bitnet_core.sdk.runner import GenericRunner
     from bitnet_core.testing.strict import strict_config
 
     weights = random_weights(strict_config("silu"), seed=2)

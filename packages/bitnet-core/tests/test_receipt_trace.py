@@ -15,9 +15,9 @@ from bitnet_core.errors import ShapeError, StrictModeError, ValidationError
 from bitnet_core.hal.provider import Availability
 from bitnet_core.model import Model, random_weights
 from bitnet_core.model.receipt import build_receipt, validate
-from bitnet_core.model.runner import GenericRunner
 from bitnet_core.providers.reference import ReferenceProvider
 from bitnet_core.sdk.provider import TRACED_OPS
+from bitnet_core.sdk.runner import GenericRunner
 from bitnet_core.testing.strict import strict_config
 
 #: what the generic engine calls for a silu model with int8 activations (model/runner.py);

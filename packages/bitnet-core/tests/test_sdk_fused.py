@@ -9,9 +9,9 @@ import pytest
 
 from bitnet_core.errors import UnsupportedOperationError
 from bitnet_core.model import random_weights
-from bitnet_core.model.runner import GenericRunner
 from bitnet_core.providers.reference import ReferenceProvider
 from bitnet_core.sdk.fused import fused_layers
+from bitnet_core.sdk.runner import GenericRunner
 from bitnet_core.testing.strict import strict_config
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bitnet_core.sdk.kv_cache import provider_kv_dtypes
 from bitnet_core.sdk.provider import DeviceProvider, GpuProvider
 
 
@@ -15,12 +16,13 @@ def test_gpu_provider_states_only_what_differs():
         kv_dtypes = ("float16", "float32")
 
     assert (Plain.name, Plain.family, Plain.priority) == ("x-gpu", "x-gpu", 33)
-    assert (Plain.device_kind, Plain.fakeable, Plain.kv_dtypes) == (
+    # the KV dtypes are the kernels' to list: none listed is the one default, float32
+    assert (Plain.device_kind, Plain.fakeable, provider_kv_dtypes(Plain())) == (
         "gpu",
         True,
-        ("float32", "float16"),
+        ("float32",),
     )
-    assert (HalfFirst.fakeable, HalfFirst.kv_dtypes) == (False, ("float16", "float32"))
+    assert (HalfFirst.fakeable, provider_kv_dtypes(HalfFirst())) == (False, ("float16", "float32"))
     assert DeviceProvider.fakeable is False and not hasattr(DeviceProvider, "device_kind")
 
 

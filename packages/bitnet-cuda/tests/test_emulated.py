@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 from cuda_emulator import EmulatedCudaProvider, missing
 
-from bitnet_core.formats.dense import BF16Array
+from bitnet_core.hal.bf16 import BF16Array
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.model import KVCacheConfig, Model, random_weights
-from bitnet_core.model.runner import GenericRunner
 from bitnet_core.providers.reference import ReferenceProvider
+from bitnet_core.sdk.runner import GenericRunner
 from bitnet_core.testing import conformance
 from bitnet_core.testing.strict import (
     assert_logits_close,

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from bitnet_core.model import Model, random_weights
-from bitnet_core.model.kv_cache import KVCacheConfig
+from bitnet_core.sdk.kv_cache import KVCacheConfig
 from bitnet_core.testing.batching import (
     check_batched_greedy,
     check_prompt_chunk_beside_decodes,

@@ -9,8 +9,8 @@ import pytest
 
 from bitnet_core.errors import StrictModeError
 from bitnet_core.model import Model, random_weights
-from bitnet_core.model.kv_cache import KVCacheConfig
-from bitnet_core.model.runner import GenericRunner
+from bitnet_core.sdk.kv_cache import KVCacheConfig
+from bitnet_core.sdk.runner import GenericRunner
 from bitnet_core.testing.strict import assert_logits_close, strict_config
 from bitnet_opencl import runner as runner_module
 from bitnet_opencl.runner import OpenCLRunner

@@ -16,7 +16,7 @@ from bitnet_core.config import BitNetConfig
 from bitnet_core.errors import StrictModeError
 from bitnet_core.model.api import Model
 from bitnet_core.model.random import random_weights
-from bitnet_core.model.runner import GenericRunner
+from bitnet_core.sdk.runner import GenericRunner
 from bitnet_vulkan.provider import VulkanProvider
 from bitnet_vulkan.runner import VulkanRunner
 from bitnet_vulkan.runtime.context import ENV_SUBGROUP
@@ -109,7 +109,7 @@ def test_float16_cache_greedy_tokens(vk, weights, kv_type):
     read or written as the wrong dtype shows.) The reference, not the native
     CPU engine: the host's ISA stays out of a GPU test.
     """
-    from bitnet_core.model.kv_cache import KVCacheConfig
+    from bitnet_core.sdk.kv_cache import KVCacheConfig
 
     kv = KVCacheConfig(dtype=kv_type)
     ref = Model.from_weights(weights, device="cpu-reference", kv_cache=kv)

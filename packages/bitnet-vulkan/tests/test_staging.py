@@ -12,8 +12,8 @@ import pytest
 
 from bitnet_core.config import BitNetConfig
 from bitnet_core.model.random import random_weights
-from bitnet_core.model.runner import GenericRunner
 from bitnet_core.providers.reference import ReferenceProvider
+from bitnet_core.sdk.runner import GenericRunner
 from bitnet_vulkan.provider import VulkanProvider
 from bitnet_vulkan.runtime.context import ENV_FORCE_STAGING
 

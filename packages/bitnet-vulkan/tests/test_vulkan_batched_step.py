@@ -16,8 +16,8 @@ import pytest
 
 from bitnet_core.config import BitNetConfig
 from bitnet_core.model.api import Model
-from bitnet_core.model.kv_cache import KVCacheConfig
 from bitnet_core.model.random import random_weights
+from bitnet_core.sdk.kv_cache import KVCacheConfig
 from bitnet_core.testing.batching import (
     check_batched_greedy,
     check_prompt_chunk_beside_decodes,

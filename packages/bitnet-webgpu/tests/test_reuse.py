@@ -8,7 +8,7 @@ import pytest
 from bitnet_core.config import BitNetConfig
 from bitnet_core.hal import REGISTRY
 from bitnet_core.model import KVCacheConfig, random_weights
-from bitnet_core.model.runner import GenericRunner
+from bitnet_core.sdk.runner import GenericRunner
 
 CFG = BitNetConfig(
     vocab_size=97, hidden_size=48, num_layers=2, num_heads=4, num_kv_heads=2,

@@ -9,8 +9,8 @@ from bitnet_core.config import BitNetConfig
 from bitnet_core.errors import StrictModeError, UnsupportedOperationError
 from bitnet_core.hal import REGISTRY
 from bitnet_core.model import KVCacheConfig, random_weights
-from bitnet_core.model.runner import GenericRunner
 from bitnet_core.providers.reference import ReferenceProvider
+from bitnet_core.sdk.runner import GenericRunner
 from bitnet_core.testing.model import LOGIT_ATOL
 from bitnet_webgpu.runner import WebGPURunner
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import ShapeError, UnsupportedOperationError
-from bitnet_core.formats.dense import BF16Array, bf16_to_f32
+from bitnet_core.hal.bf16 import BF16Array, bf16_to_f32
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.sdk.packing import pack_lanes
 

@@ -1,6 +1,6 @@
 """The CUDA backend: a forward pass in ten kernels a layer, decode steps as CUDA graphs.
 
-The generic engine (``bitnet_core.model.GenericRunner``) calls ~25 provider
+The generic engine (``bitnet_core.sdk.runner.GenericRunner``) calls ~25 provider
 ops a layer, each a Python call and a CuPy launch, some of them CuPy
 elementwise kernels and new allocations. On a GPU that decodes a 2B model's
 layer in tens of microseconds, launch overhead would be most of the time.
@@ -49,9 +49,9 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.hal.switches import env_enabled
-from bitnet_core.model.kv_cache import Sequence
-from bitnet_core.model.runner import GenericRunner
 from bitnet_core.sdk.fused import FusedLayer, decode_together, fused_layers
+from bitnet_core.sdk.kv_cache import Sequence
+from bitnet_core.sdk.runner import GenericRunner
 
 from .provider import CudaProvider, CudaTernary, HalfTable, device_address
 

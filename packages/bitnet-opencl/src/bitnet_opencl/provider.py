@@ -47,6 +47,8 @@ class OpenCLProvider(OpenCLRuntime, OpenCLMemory, GpuProvider, family="opencl", 
     """OpenCL kernels through PyOpenCL on any OpenCL 1.2+ device."""
 
     aliases = ("ocl",)
+    #: the kernels store and read float32 and float16 caches (float32 preferred)
+    kv_dtypes = ("float32", "float16")
 
     def __init__(self, device: str | None = None) -> None:
         """``device``: ``"P:D"`` overriding ``BITNET_OPENCL_DEVICE`` (tests, benchmarks)."""

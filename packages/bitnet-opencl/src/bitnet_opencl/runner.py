@@ -1,6 +1,6 @@
 """The OpenCL backend: a decode step in ten fused kernels a layer, recorded once and replayed.
 
-The generic engine (``bitnet_core.model.GenericRunner``) drives a decode step
+The generic engine (``bitnet_core.sdk.runner.GenericRunner``) drives a decode step
 op by op from Python: ~25 provider calls a layer, each allocating and setting
 kernel arguments. ``OpenCLRunner`` keeps the generic engine's weights upload,
 KV cache, locking, prefill and batched steps, and replaces the forward pass of
@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.errors import ProviderError
-from bitnet_core.model.kv_cache import Sequence
-from bitnet_core.model.runner import GenericRunner
 from bitnet_core.sdk.fused import decode_together, fused_layers
+from bitnet_core.sdk.kv_cache import Sequence
+from bitnet_core.sdk.runner import GenericRunner
 
 from .buffers import CLArray
 from .memory import cl_op

@@ -43,6 +43,9 @@ class VulkanProvider(
 ):
     """Ternary BitNet kernels on one Vulkan device (float16 KV caches: two elements a word)."""
 
+    #: the shaders store and read float32 and float16 caches (float32 preferred)
+    kv_dtypes = ("float32", "float16")
+
     def __init__(self) -> None:
         VulkanRuntime.__init__(self)
         self._rope_cache: tuple[tuple, VulkanArray, VulkanArray] | None = None

@@ -1,6 +1,6 @@
 """The Vulkan backend: a forward pass in ten dispatches a layer, decode steps recorded once.
 
-The generic engine (``bitnet_core.model.GenericRunner``) calls ~20 provider
+The generic engine (``bitnet_core.sdk.runner.GenericRunner``) calls ~20 provider
 ops a layer, each a Python call that looks up a pipeline, a descriptor set and
 a pooled buffer; even when the stream replays the step's command buffer, the
 host pays for every op (about 20 ms a step for 30 layers on lavapipe).
@@ -54,8 +54,8 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.hal.switches import env_enabled
-from bitnet_core.model.kv_cache import Sequence
-from bitnet_core.model.runner import GenericRunner
+from bitnet_core.sdk.kv_cache import Sequence
+from bitnet_core.sdk.runner import GenericRunner
 
 from .arrays import Lease, VulkanArray, VulkanWeight
 from .launch import MATMUL_SG_CPU, MATMUL_SG_GPU, norm_wg, pow2_at_least

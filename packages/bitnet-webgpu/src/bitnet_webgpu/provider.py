@@ -31,6 +31,8 @@ class WebGPUProvider(
     KV caches hold two halves a u32, read with ``unpack2x16float``."""
 
     aliases = ("wgpu",)
+    #: the shaders store and read float32 and float16 caches (float32 preferred)
+    kv_dtypes = ("float32", "float16")
     #: storage buffers are committed when created: KV caches grow block by block
     commits_on_touch = False
 

@@ -1,6 +1,6 @@
 """The WebGPU backend: a forward pass in ten dispatches a layer, encoded from a prebuilt list.
 
-The generic engine (``bitnet_core.model.GenericRunner``) calls ~25 provider
+The generic engine (``bitnet_core.sdk.runner.GenericRunner``) calls ~25 provider
 ops a layer, each a Python call that sets up a dispatch. ``WebGPURunner``
 keeps the generic engine's weights upload, KV cache and locking, and runs a
 token through the fused shaders instead::
@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 
 from bitnet_core.hal.switches import env_enabled
-from bitnet_core.model.kv_cache import Sequence
-from bitnet_core.model.runner import GenericRunner
 from bitnet_core.sdk.fused import decode_together, fused_layers
+from bitnet_core.sdk.kv_cache import Sequence
+from bitnet_core.sdk.runner import GenericRunner
 
 from .memory import GpuArray, GpuTernary
 from .provider import WebGPUProvider

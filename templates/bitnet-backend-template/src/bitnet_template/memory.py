@@ -14,7 +14,7 @@ import numpy as np
 
 from bitnet_core.errors import ShapeError
 from bitnet_core.hal.weights import TernaryWeight
-from bitnet_core.providers.host_memory import lazy_zeros
+from bitnet_core.sdk.host_memory import lazy_zeros
 
 
 class TemplateWeight:

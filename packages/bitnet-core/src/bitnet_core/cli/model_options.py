@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
 import sys
 from typing import Any
-
-from ..errors import ConfigError
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -80,35 +76,10 @@ def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def apply_threads(threads: int | None) -> None:
-    """``--threads``: exported as ``BITNET_THREADS``/``OMP_NUM_THREADS`` before providers load."""
-    if threads is None:
-        return
-    if threads <= 0:
-        raise ConfigError(f"--threads must be a positive integer, got {threads}")
-    os.environ["BITNET_THREADS"] = str(threads)
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-
-
-def kv_cache_config(ctx_size: int | None, kv_type: str | None, kv_budget_mib: int | None):
-    """``--ctx-size``, ``--kv-type`` and ``--kv-budget`` as a ``KVCacheConfig`` (None: defaults)."""
-    from ..model import KVCacheConfig
-
-    if ctx_size is not None and ctx_size <= 0:
-        raise ConfigError(f"--ctx-size must be a positive integer, got {ctx_size}")
-    if kv_budget_mib is not None and kv_budget_mib <= 0:
-        raise ConfigError(f"--kv-budget must be a positive number of MiB, got {kv_budget_mib}")
-    if ctx_size is None and kv_type is None and kv_budget_mib is None:
-        return None
-    kv = KVCacheConfig(max_seq_len=ctx_size, dtype=kv_type)
-    if kv_budget_mib is not None:
-        kv = dataclasses.replace(kv, max_bytes=kv_budget_mib << 20)
-    return kv
-
-
 def load_model(args: argparse.Namespace):
     """Load the model the arguments name; print the startup summary on stderr."""
     from ..model import load
+    from ..model.load_options import apply_threads, kv_cache_config
 
     apply_threads(args.threads)
     kv = kv_cache_config(

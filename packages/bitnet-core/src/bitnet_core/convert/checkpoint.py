@@ -119,7 +119,7 @@ def load_tensors(src: Path, info: HFModelInfo, *, progress: bool | None = None) 
             f"the checkpoint lacks {len(missing)} tensor(s) the config needs, e.g. {missing[0]}",
             src,
         )
-    from ..model.weights import expected_shapes  # the shapes the engine loads
+    from ..gguf.metadata import expected_shapes  # the shapes the engine loads
 
     shapes = expected_shapes(cfg)
     tensors: dict[str, Any] = {}

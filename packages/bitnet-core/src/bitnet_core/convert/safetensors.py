@@ -164,7 +164,7 @@ def write_safetensors(
     for name, value in tensors.items():
         arr = np.ascontiguousarray(value)
         if name in bf16:
-            from ..formats.dense import f32_to_bf16
+            from ..hal.bf16 import f32_to_bf16
 
             data, dtype = f32_to_bf16(arr.astype(np.float32)).astype("<u2").tobytes(), "BF16"
         else:

@@ -5,7 +5,8 @@
   quantized with absmean when unpacked). Layouts and sources: docs/FORMATS.md.
 - ``quantize(x, qtype)``: seed 003's I2S / TL1 / TL2 quantizers.
 - ``absmean_ternary(w)``: BitNet b1.58's weight rule; ``quantize_activations``:
-  the per-token int8 activation rule (from the reference provider).
+  the per-token int8 activation rule (``absmax.py``; the reference provider's
+  ``quantize_act``).
 """
 
 from .absmean import absmean_ternary, ternarize_rows

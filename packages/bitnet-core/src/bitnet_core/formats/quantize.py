@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import QuantizationError
-from ..providers.reference import quantize_act_ref
+from .absmax import quantize_act_ref
 from .absmean import ternarize_rows
 from .base import Codec
 from .registry import get_codec

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import GGUFFormatError, ModelFileError, UnsupportedModelError
 from ..formats import get_codec
-from ..formats.dense import BF16Array, bf16_to_f32
+from ..hal.bf16 import BF16Array, bf16_to_f32
 from .gguf_constants import GGMLQuantizationType
 from .header import Header, RawTensor, scan_header
 from .types import BITNET_CPP_UNSUPPORTED, GGML_TYPE_I2_S, block_sizes, type_name

@@ -28,7 +28,7 @@ from ..atomic_file import temp_beside
 from ..config import BitNetConfig
 from ..errors import ModelFileError, QuantizationError
 from ..formats import get_codec, ternarize_rows
-from ..formats.dense import f32_to_bf16
+from ..hal.bf16 import f32_to_bf16
 from ..hal.weights import TernaryWeight
 from .metadata import (
     check_shapes,

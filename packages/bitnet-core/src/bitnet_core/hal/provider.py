@@ -31,7 +31,7 @@ Numerics every provider must match (``bitnet_core.testing`` checks them):
 - ``attention``: causal, grouped-query; query ``t`` sits at absolute position
   ``start + t`` and sees cache positions ``0 .. start + t``; scale ``1/sqrt(D)``.
 
-Optional members (``OPTIONAL_OPS``; the generic engine, ``bitnet_core.model``,
+Optional members (``OPTIONAL_OPS``; the generic engine, ``bitnet_core.sdk.runner``,
 uses them when present):
 
 - ``make_runner(weights, **opts)``: a fused Level-2 runner, or None;
@@ -42,12 +42,12 @@ uses them when present):
 Optional attributes (read by the generic engine):
 
 - ``kv_dtypes``: the KV cache dtypes ``kv_store``/``attention`` accept,
-  preferred first (default ``("float32",)``); ``"float16"`` caches hold the
+  preferred first (default ``("float32",)``: ``sdk.kv_cache.DEFAULT_KV_DTYPES``); ``"float16"`` caches hold the
   round-to-nearest-even float16 of what ``kv_store`` gets;
 - ``table_dtypes``: the dtypes ``to_device`` takes for the 2-D embedding and
   output tables (``embedding``, ``matmul_dense``); default
   ``("float32", "float16")``. A provider listing ``"bfloat16"`` gets a BF16
-  file's tables as ``formats.dense.BF16Array`` (bit patterns); the others get
+  file's tables as ``hal.bf16.BF16Array`` (bit patterns); the others get
   them widened to float32;
 - ``commits_on_touch``: True when memory from ``empty`` costs nothing until
   written (numpy on the host): KV caches are then made once at full length

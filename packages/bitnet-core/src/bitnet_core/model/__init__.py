@@ -1,14 +1,15 @@
-"""The model: the generic Level-2 runner over provider ops, weights, KV cache,
-memory pool, sampling, generation, receipts, and the ``load`` API."""
+"""The model: the ``load`` API, sampling, generation and receipts, with the engine the
+SDK holds (``bitnet_core.sdk``: the generic runner, weights, KV cache, memory pool)
+re-exported for callers of the model."""
 
+from ..sdk.kv_cache import EvictionPolicy, KVCache, KVCacheConfig, Sequence
+from ..sdk.memory_pool import MemoryPool, PoolStats
+from ..sdk.runner import GenericRunner
+from ..sdk.weights import DeviceWeights, ModelWeights
 from .api import Model, demo_model_path, load
 from .generation import GenerationStats, Session, generate_tokens
-from .kv_cache import EvictionPolicy, KVCache, KVCacheConfig, Sequence
-from .memory_pool import MemoryPool, PoolStats
 from .random import byte_tokenizer_metadata, random_model_file, random_weights
-from .runner import GenericRunner
 from .sampling import Sampler, SamplingParams, StopMatcher
-from .weights import DeviceWeights, ModelWeights
 
 __all__ = [
     "DeviceWeights",

@@ -23,12 +23,12 @@ import numpy as np
 
 from ..errors import ModelFileError, TokenizerError
 from ..hal.selection import Selection, StartupSummary, prefetch, select
+from ..sdk.kv_cache import KVCacheConfig
+from ..sdk.runner import GenericRunner
 from ..sdk.trace import LaunchTrace
+from ..sdk.weights import ModelWeights
 from .generation import GenerationStats, Session, generate_tokens, stream_text
-from .kv_cache import KVCacheConfig
-from .runner import GenericRunner
 from .sampling import SamplingParams
-from .weights import ModelWeights
 
 log = logging.getLogger("bitnet")
 

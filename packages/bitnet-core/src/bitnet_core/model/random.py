@@ -30,7 +30,7 @@ from .. import config as names
 from ..config import BitNetConfig
 from ..errors import ConfigError
 from ..hal.weights import TernaryWeight
-from .weights import LAYER_TERNARY, ModelWeights, expected_shapes
+from ..sdk.weights import LAYER_TERNARY, ModelWeights, expected_shapes
 
 
 def _f16_exact(x: np.ndarray | float) -> np.ndarray:

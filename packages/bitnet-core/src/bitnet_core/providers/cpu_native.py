@@ -352,7 +352,7 @@ class NativeCpuProvider(ReferenceProvider):
         if not fused_enabled():
             return None
         if weights.config.linear_norms:
-            from ..model.runner import generic_engine_fallback
+            from ..sdk.runner import generic_engine_fallback
 
             generic_engine_fallback(
                 self,

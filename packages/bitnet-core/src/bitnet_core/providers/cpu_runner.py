@@ -1,6 +1,6 @@
 """The native CPU providers' own runner: the whole forward pass in one C++ call.
 
-``FusedCpuRunner`` is the generic engine (``bitnet_core.model.GenericRunner``:
+``FusedCpuRunner`` is the generic engine (``bitnet_core.sdk.runner.GenericRunner``:
 same weights upload, KV cache, locking, chunked prefill) whose ``_forward``
 runs every layer inside ``bitnet_core._native.CpuModel`` with the GIL
 released, instead of ~15 Python-level ops a layer. The C++ runs the same ops
@@ -35,8 +35,8 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedOperationError
 from ..hal.switches import env_enabled
-from ..model.kv_cache import Sequence
-from ..model.runner import GenericRunner
+from ..sdk.kv_cache import Sequence
+from ..sdk.runner import GenericRunner
 from .file_pages import file_extent, release_file_pages
 
 

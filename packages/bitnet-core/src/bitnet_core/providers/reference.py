@@ -13,14 +13,11 @@ import numpy as np
 
 from .._version import __version__
 from ..errors import ShapeError
+from ..formats.absmax import quantize_act_ref
 from ..hal.provider import Availability, RopeStyle
 from ..hal.weights import TernaryWeight
-from ..sdk import checks
+from ..sdk.host_memory import lazy_zeros
 from ..sdk.provider import DeviceProvider
-from .host_memory import lazy_zeros
-
-ACT_QMAX = 127.0
-ACT_EPS = 1e-5
 
 
 class ReferenceWeight:
@@ -36,16 +33,6 @@ class ReferenceWeight:
     @property
     def shape(self) -> tuple[int, int]:
         return self.codes.shape  # type: ignore[return-value]
-
-
-def quantize_act_ref(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row absmax int8 quantization: ``(xq int8 [T, K], scale float32 [T])``."""
-    x = np.asarray(x, dtype=np.float32)
-    checks.quantize_act(x)
-    amax = np.maximum(np.abs(x).max(axis=1, initial=0.0), np.float32(ACT_EPS))
-    scale = (np.float32(ACT_QMAX) / amax).astype(np.float32)
-    xq = np.clip(np.round(x * scale[:, None]), -128, 127).astype(np.int8)
-    return xq, scale
 
 
 class ReferenceProvider(DeviceProvider):

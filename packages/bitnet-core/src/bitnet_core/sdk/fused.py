@@ -29,7 +29,7 @@ def fused_graph_supported(provider: Any, weights: Any) -> bool:
     cfg = weights.config
     if cfg.sub_norms and not cfg.linear_norms:
         return True
-    from ..model.runner import generic_engine_fallback
+    from ..sdk.runner import generic_engine_fallback
 
     what = "BitLinear input norms" if cfg.linear_norms else "no sub-norms"
     generic_engine_fallback(

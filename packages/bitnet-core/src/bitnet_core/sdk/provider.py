@@ -101,9 +101,11 @@ class DeviceProvider:
 
 
 class GpuProvider(DeviceProvider):
-    """Defaults of a GPU backend: a GPU device, fakeable (``BITNET_GPU_FAKE``), float32
-    and float16 KV caches (``--kv-type f16``)."""
+    """Defaults of a GPU backend: a GPU device, fakeable (``BITNET_GPU_FAKE``).
+
+    The KV cache dtypes are the kernels' to say: a backend whose ``kv_store`` and
+    ``attention`` take float16 caches lists them in ``kv_dtypes``; without it, float32
+    only (``sdk.kv_cache.DEFAULT_KV_DTYPES``)."""
 
     device_kind: ClassVar[str] = "gpu"
     fakeable: ClassVar[bool] = True
-    kv_dtypes: ClassVar[tuple[str, ...]] = ("float32", "float16")

@@ -31,7 +31,7 @@ import ray  # noqa: E402
 from ray import serve  # noqa: E402
 from ray.serve import Application  # noqa: E402
 
-from ..cli.model_options import apply_threads, kv_cache_config  # noqa: E402
+from ..model.load_options import apply_threads, kv_cache_config  # noqa: E402
 from .app import create_app  # noqa: E402
 from .ray_config import (  # noqa: E402
     APP_NAME,

@@ -121,7 +121,7 @@ def _kv_config(provider: Any) -> Any:
     (0.4 % on the trained demo model), so it is compared in float32.
     """
     from ..model import KVCacheConfig
-    from ..model.runner import provider_kv_dtypes
+    from ..sdk.kv_cache import provider_kv_dtypes
 
     supported = provider_kv_dtypes(provider)
     return KVCacheConfig(dtype="float32" if "float32" in supported else supported[0])

@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ..formats.dense import BF16Array
+from ..formats.absmax import quantize_act_ref
+from ..hal.bf16 import BF16Array
 from ..hal.weights import TernaryWeight
-from ..providers.reference import ReferenceProvider, quantize_act_ref
+from ..providers.reference import ReferenceProvider
 from .tolerances import (
     DOT_RTOL,
     DOT_RTOL_F16_STORAGE,
@@ -171,7 +172,7 @@ def random_table(rng: np.random.Generator, rows: int, cols: int, std: float, dty
 def upload_table(p: Any, table: Any) -> Any:
     """An embedding/output table on ``p`` as model loading puts it there (``host_dense_for``:
     bfloat16 kept where ``table_dtypes`` lists it, widened to float32 else)."""
-    from ..model.weights import host_dense_for
+    from ..sdk.weights import host_dense_for
 
     host = host_dense_for(p, table)
     return p.to_device(BF16Array(host.bits.copy()) if isinstance(host, BF16Array) else host.copy())
@@ -334,7 +335,7 @@ def check_attention(
     cache is checked against the reference on the same float16 cache). The
     first ``store_only`` steps only fill the cache (a long prefill is costly for numpy).
     """
-    from ..model.runner import provider_kv_dtypes
+    from ..sdk.kv_cache import provider_kv_dtypes
 
     for kv_dtype in provider_kv_dtypes(p):
         _check_attention_steps(

@@ -22,7 +22,7 @@ import numpy as np
 from .. import config as names
 from ..config import BitNetConfig
 from ..errors import ShapeError, UnsupportedModelError
-from ..formats.dense import BF16Array
+from ..hal.bf16 import BF16Array
 from ..hal.weights import TernaryWeight
 
 LAYER_TERNARY = {

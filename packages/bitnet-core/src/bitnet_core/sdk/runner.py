@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, ShapeError
-from .kv_cache import KVCache, KVCacheConfig, Sequence
+from .kv_cache import KVCache, KVCacheConfig, Sequence, resolve_kv_dtype
 from .memory_pool import MemoryPool
 from .weights import DeviceWeights, LayerWeights, ModelWeights, check_token_ids
 
@@ -72,30 +72,6 @@ def make_reshape(provider: Any) -> Callable[[Any, tuple[int, ...]], Any]:
         return provider.to_device(np.ascontiguousarray(provider.to_host(x)).reshape(shape))
 
     return reshape
-
-
-def provider_kv_dtypes(provider: Any) -> tuple[str, ...]:
-    """The provider's ``kv_dtypes`` (a tuple of dtype names), or ``("float32",)``."""
-    supported = getattr(provider, "kv_dtypes", None)
-    if isinstance(supported, (tuple, list)) and supported:
-        return tuple(str(s) for s in supported)
-    return ("float32",)
-
-
-def resolve_kv_dtype(provider: Any, config: KVCacheConfig | None) -> np.dtype:
-    """The KV cache dtype: the config's, else the provider's first ``kv_dtypes`` (default float32).
-
-    A provider lists the cache dtypes its ``kv_store``/``attention`` accept in
-    ``kv_dtypes`` (preferred first); one without the attribute takes float32 only.
-    """
-    supported = provider_kv_dtypes(provider)
-    want = config.dtype if config is not None and config.dtype is not None else supported[0]
-    if want not in supported:
-        raise ConfigError(
-            f"provider {getattr(provider, 'name', provider)} keeps its KV cache in "
-            f"{' or '.join(supported)}, not {want}"
-        )
-    return np.dtype(want)
 
 
 def generic_engine_fallback(provider: Any, reason: str) -> None:

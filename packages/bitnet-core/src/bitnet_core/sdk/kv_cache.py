@@ -86,6 +86,34 @@ def kv_dtype_name(name: Any) -> str:
     return KV_DTYPES[key]
 
 
+#: the KV cache dtypes of a provider that lists no ``kv_dtypes`` (the one default)
+DEFAULT_KV_DTYPES: tuple[str, ...] = ("float32",)
+
+
+def provider_kv_dtypes(provider: Any) -> tuple[str, ...]:
+    """The provider's ``kv_dtypes`` (a tuple of dtype names), or ``DEFAULT_KV_DTYPES``."""
+    supported = getattr(provider, "kv_dtypes", None)
+    if isinstance(supported, (tuple, list)) and supported:
+        return tuple(str(s) for s in supported)
+    return DEFAULT_KV_DTYPES
+
+
+def resolve_kv_dtype(provider: Any, config: KVCacheConfig | None) -> np.dtype:
+    """The KV cache dtype: the config's, else the provider's first ``kv_dtypes`` (default float32).
+
+    A provider lists the cache dtypes its ``kv_store``/``attention`` accept in
+    ``kv_dtypes`` (preferred first); one without the attribute takes float32 only.
+    """
+    supported = provider_kv_dtypes(provider)
+    want = config.dtype if config is not None and config.dtype is not None else supported[0]
+    if want not in supported:
+        raise ConfigError(
+            f"provider {getattr(provider, 'name', provider)} keeps its KV cache in "
+            f"{' or '.join(supported)}, not {want}"
+        )
+    return np.dtype(want)
+
+
 class Sequence:
     """One sequence's slice of the cache: its K/V arrays per layer and how many tokens they hold."""
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..sdk.pool import FreeLists
+from .pool import FreeLists
 
 Allocate = Callable[[tuple[int, ...], Any], Any]
 
