@@ -23,6 +23,23 @@ def run_tool(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def shell_in(cwd: Path):
+    """``sh(*cmd, cwd=cwd)``: run a command outside this venv (``uv`` makes its own), its
+    stdout, or fail the test with its output's tail."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")
+    }
+
+    def sh(*cmd: str, cwd: Path = cwd) -> str:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, (
+            f"{' '.join(cmd)}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+        )
+        return proc.stdout
+
+    return sh
+
+
 def test_rename_keeps_keyword_and_origin(new_backend):
     text = (
         'template <typename T>\nname = "template"\nclass TemplateProvider: ...\n'
@@ -117,16 +134,7 @@ def test_template_builds_installs_and_passes_the_kit(tmp_path):
         pytest.skip("uv is not on PATH")
     dest = tmp_path / "bitnet-tmplcheck"
     assert run_tool("tmplcheck", "--dest", str(dest)).returncode == 0
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")
-    }
-
-    def sh(*cmd: str, cwd: Path = tmp_path) -> str:
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, (
-            f"{' '.join(cmd)}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        )
-        return proc.stdout
+    sh = shell_in(tmp_path)
 
     sh(uv, "build", "--wheel", "--out-dir", str(tmp_path / "dist"), str(dest))
     (wheel,) = (tmp_path / "dist").glob("bitnet_tmplcheck-*.whl")
@@ -203,16 +211,7 @@ def test_gpu_backend_builds_installs_through_all_and_passes_the_kit(tmp_path):
         shutil.copy2(ROOT / rel, repo / rel)
     shutil.copytree(ROOT / "templates", repo / "templates", ignore=skip)
     shutil.copytree(ROOT / "packages" / "bitnet", repo / "packages" / "bitnet", ignore=skip)
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "UV_PROJECT_ENVIRONMENT")
-    }
-
-    def sh(*cmd: str, cwd: Path = tmp_path) -> str:
-        proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
-        assert proc.returncode == 0, (
-            f"{' '.join(cmd)}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-        )
-        return proc.stdout
+    sh = shell_in(tmp_path)
 
     sh(sys.executable, str(repo / "tools" / "new-backend"), "gpucheck", "--gpu", "--register")
     shutil.rmtree(repo / "packages" / "bitnet-core")  # (not a workspace member without the rest)

@@ -52,10 +52,4 @@ class TemplateProvider(TemplateMemory, DeviceProvider):
 
     # --- the C++ kernels ---------------------------------------------------------
     def matmul_i2s(self, xq: Any, xscale: Any, weight: TemplateWeight) -> np.ndarray:
-        return kernels.load().matmul_i2s(
-            np.asarray(xq, dtype=np.int8),
-            np.asarray(xscale, dtype=np.float32).reshape(-1),
-            weight.packed,
-            weight.scales,
-            weight.shape[1],
-        )
+        return kernels.matmul_i2s(xq, xscale, weight)

@@ -21,4 +21,7 @@ def probe(explicit: bool = False) -> Availability:
         kernels.load()
     except ImportError as exc:  # a broken or missing build: say why, do not raise
         return Availability.no(f"native kernels not importable: {exc}")
-    return Availability.yes(f"host CPU ({platform.machine() or 'unknown'}), C++ example kernels")
+    # device_kind "cpu" also for a GPU backend (--gpu) until its kernels are ported
+    return Availability.yes(
+        f"host CPU ({platform.machine() or 'unknown'}), C++ example kernels", device_kind="cpu"
+    )
