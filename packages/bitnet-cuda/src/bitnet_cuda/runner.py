@@ -57,7 +57,7 @@ from .provider import CudaProvider, CudaTernary, HalfTable, device_address
 
 NORM_THREADS = 256  # the provider's rmsnorm/quantize_act blocks: same sums, same rounding
 COMBINE_THREADS = 256  # kernels' COMBINE_BLOCK (>= MAX_D: a thread an output of a head)
-ATTN_THREADS = 128  # attn_split: 4 warps
+ATTN_THREADS = 128  # attn_split: 4 warps (its kernels' ATTN_BLOCK, the launch bound)
 ROPE_THREADS = 64
 MAX_D = 256  # kernels' MAXD: head_dim limit of attn_split
 MAX_PARTS = 4096  # kernels' MAX_PARTS: heads x splits
@@ -129,13 +129,14 @@ class StepBuffers:
         self.logits = cp.zeros((head_rows, cfg.vocab_size), dtype=np.float32)
         if seqs:  # [layer, K or V, sequence]
             self.kv_addresses = cp.zeros((cfg.num_layers, 2, t), dtype=np.uint64)
+        # attn_combine_norm_quant's count of merged heads a sequence (set to 0 by the
+        # step's first kernel, embed_*)
+        self.done = cp.zeros((t,), dtype=np.int32)
         if t == 1 or seqs:  # the decode attention's per-split results
             parts = t * cfg.num_heads * min(MAX_SPLITS, MAX_PARTS // cfg.num_heads)
             self.part_m = cp.zeros((parts,), dtype=np.float32)
             self.part_l = cp.zeros((parts,), dtype=np.float32)
             self.part_acc = cp.zeros((parts * cfg.head_dim,), dtype=np.float32)
-            # attn_combine_norm_quant's count of merged heads a sequence (0 between steps)
-            self.done = cp.zeros((t,), dtype=np.int32)
 
 
 class CudaRunner(GenericRunner):
@@ -174,6 +175,13 @@ class CudaRunner(GenericRunner):
             i32(cfg.num_heads), i32(cfg.num_kv_heads), i32(cfg.head_dim), i32(cfg.rot_dim),
             i32(0 if cfg.rope_style == "neox" else 1), np.float32(math.log2(cfg.rope_theta)),
         )  # fmt: skip
+        self._wait_for_uploads()
+
+    def _wait_for_uploads(self) -> None:
+        """The weights were uploaded and stacked (q|k|v, gate|up) on the legacy default
+        stream; the runner's stream is non_blocking, so it does not wait for that one:
+        without this its first step could read weights still being copied."""
+        self.cp.cuda.Stream.null.synchronize()
 
     # --- the forward pass -------------------------------------------------------------
     def forward(self, token_ids: Any, cache: Sequence, all_logits: bool = False) -> np.ndarray:
@@ -307,9 +315,9 @@ class CudaRunner(GenericRunner):
         cfg, fn, i32, f32 = self.config, self._fn, np.int32, np.float32
         t, hidden, eps = b.t, cfg.hidden_size, f32(cfg.rms_norm_eps)
         f = cfg.intermediate_size
-        fn[f"embed_{self._emb_kind}"](
-            (t,), (NORM_THREADS,), (self._emb, b.ids, b.x, i32(hidden), i32(self._emb_stride))
-        )
+        vocab, done = i32(self._emb.shape[0]), (b.done, i32(b.done.shape[0]))
+        embed_args = (self._emb, b.ids, b.x, i32(hidden), i32(self._emb_stride), vocab, *done)
+        fn[f"embed_{self._emb_kind}"]((t,), (NORM_THREADS,), embed_args)
         for i, lw in enumerate(self.layers):
             self._norm_quant(b.x, lw.attn_norm, b.xq, b.xs, b.xsum, t, hidden, eps)
             self._matmul(lw.qkv, b.xq, b.xs, b.xsum, b.qkv, t, add=False)

@@ -620,24 +620,33 @@ extern "C" __global__ void attention_f16(const float* __restrict__ q, const __ha
 // step; everything else a step touches stays at fixed addresses.
 
 // x[t, :] = table[ids[t], :] (float32 out); `stride` is the table's row length in elements.
+// An id outside [0, vocab) (ids may come from the device) gives a row of zeros, never a
+// read past the table. The step's first kernel, it also sets attn_combine_norm_quant's
+// counts done[0, ndone) to 0: a step cut short (its counts left part way) cannot make
+// later steps skip the norm.
 template <typename TAB>
 __device__ void embed_body(const TAB* __restrict__ table, const int* __restrict__ ids,
-                           float* __restrict__ x, int d, int stride) {
-    const size_t row = (size_t)ids[blockIdx.x] * stride;
+                           float* __restrict__ x, int d, int stride, int vocab,
+                           int* __restrict__ done, int ndone) {
+    const int id = ids[blockIdx.x];
+    const bool ok = id >= 0 && id < vocab;
+    const size_t row = ok ? (size_t)id * stride : 0;
     for (int i = threadIdx.x; i < d; i += blockDim.x)
-        x[(size_t)blockIdx.x * d + i] = load_f(table, row + i);
+        x[(size_t)blockIdx.x * d + i] = ok ? load_f(table, row + i) : 0.0f;
+    if (blockIdx.x == 0)
+        for (int i = threadIdx.x; i < ndone; i += blockDim.x) done[i] = 0;
 }
-extern "C" __global__ void embed_f16(const __half* __restrict__ table, const int* __restrict__ ids,
-                                     float* __restrict__ x, int d, int stride) {
-    embed_body(table, ids, x, d, stride);
+#define EMBED_ARGS(TAB)                                                                      \
+    const TAB* __restrict__ table, const int* __restrict__ ids, float* __restrict__ x, int d, \
+        int stride, int vocab, int* __restrict__ done, int ndone
+extern "C" __global__ void embed_f16(EMBED_ARGS(__half)) {
+    embed_body(table, ids, x, d, stride, vocab, done, ndone);
 }
-extern "C" __global__ void embed_bf16(const bf16* __restrict__ table, const int* __restrict__ ids,
-                                      float* __restrict__ x, int d, int stride) {
-    embed_body(table, ids, x, d, stride);
+extern "C" __global__ void embed_bf16(EMBED_ARGS(bf16)) {
+    embed_body(table, ids, x, d, stride, vocab, done, ndone);
 }
-extern "C" __global__ void embed_f32(const float* __restrict__ table, const int* __restrict__ ids,
-                                     float* __restrict__ x, int d, int stride) {
-    embed_body(table, ids, x, d, stride);
+extern "C" __global__ void embed_f32(EMBED_ARGS(float)) {
+    embed_body(table, ids, x, d, stride, vocab, done, ndone);
 }
 
 // The norm kernels below keep a row in registers when it fits (row_held):
@@ -648,6 +657,8 @@ extern "C" __global__ void embed_f32(const float* __restrict__ table, const int*
 // same order either way, so the same bits.
 #define NORM_BLOCK 256     // rmsnorm_quant, act_norm_quant: runner.py's NORM_THREADS
 #define COMBINE_BLOCK 256  // attn_combine_norm_quant: runner.py's COMBINE_THREADS
+#define ATTN_BLOCK 128     // attn_split*: at most 4 warps (runner.py's ATTN_THREADS)
+#define ATTN_WARPS (ATTN_BLOCK / WARP)
 #define NORM_HELD 32       // values a thread holds: rows up to 8192 in 256 threads
 
 // Whether a row of kp int8 codes is held in registers, NORM_HELD values a thread.
@@ -851,16 +862,17 @@ extern "C" __global__ void rope_store_seqs_f16(const float* __restrict__ qkv,
 // block (h, s) of `splits` takes one contiguous chunk of the keys, each of its warps every
 // 4th key of it (lanes split the head dimension: coalesced loads), with an online softmax.
 // Each block writes its max, sum of exponentials and unnormalized output [d] to part_*;
-// attn_combine_norm_quant merges the splits. d <= MAXD, blockDim.x = 128.
+// attn_combine_norm_quant merges the splits. d <= MAXD; blockDim.x a multiple of 32 up
+// to ATTN_BLOCK (the runner launches 128: 4 warps; more is refused by the launch bounds).
 template <typename KV>
 __device__ void attn_split_body(const float* __restrict__ q, const KV* __restrict__ kc,
                                 const KV* __restrict__ vc, int n,
                                 float* __restrict__ part_m, float* __restrict__ part_l,
                                 float* __restrict__ part_acc, int hq, int hkv, int d, int splits,
                                 float scale) {
-    __shared__ float sm[4], sl[4], sacc[4][MAXD];
+    __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS], sacc[ATTN_WARPS][MAXD];
     const int h = blockIdx.x, split = blockIdx.y;
-    const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
+    const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP, warps = blockDim.x / WARP;
     const int kvh = h / (hq / hkv);
     const int chunk = (n + splits - 1) / splits;
     const int s0 = split * chunk, s1 = min(n, s0 + chunk);
@@ -872,7 +884,7 @@ __device__ void attn_split_body(const float* __restrict__ q, const KV* __restric
         acc[j] = 0.0f;
     }
     float m = -3.0e38f, l = 0.0f;
-    for (int s = s0 + wid; s < s1; s += 4) {
+    for (int s = s0 + wid; s < s1; s += warps) {
         const size_t base = ((size_t)s * hkv + kvh) * d;
         float dot = 0.0f;
 #pragma unroll
@@ -898,27 +910,32 @@ __device__ void attn_split_body(const float* __restrict__ q, const KV* __restric
         if (i < d) sacc[wid][i] = acc[j];
     }
     __syncthreads();
-    const float mm = fmaxf(fmaxf(sm[0], sm[1]), fmaxf(sm[2], sm[3]));
-    float w[4];
+    float mm = sm[0];
+    for (int k = 1; k < warps; k++) mm = fmaxf(mm, sm[k]);
+    float w[ATTN_WARPS];
 #pragma unroll
-    for (int k = 0; k < 4; k++) w[k] = expf(sm[k] - mm);
+    for (int k = 0; k < ATTN_WARPS; k++) w[k] = k < warps ? expf(sm[k] - mm) : 0.0f;
     const size_t part = (size_t)h * splits + split;
     if (threadIdx.x == 0) {
+        float l = sl[0] * w[0];
+        for (int k = 1; k < warps; k++) l += sl[k] * w[k];
         part_m[part] = mm;
-        part_l[part] = sl[0] * w[0] + sl[1] * w[1] + sl[2] * w[2] + sl[3] * w[3];
+        part_l[part] = l;
     }
-    for (int i = threadIdx.x; i < d; i += blockDim.x)
-        part_acc[part * d + i] =
-            sacc[0][i] * w[0] + sacc[1][i] * w[1] + sacc[2][i] * w[2] + sacc[3][i] * w[3];
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = sacc[0][i] * w[0];
+        for (int k = 1; k < warps; k++) v += sacc[k][i] * w[k];
+        part_acc[part * d + i] = v;
+    }
 }
-extern "C" __global__ void attn_split(const float* __restrict__ q, const float* __restrict__ kc,
+extern "C" __global__ void __launch_bounds__(ATTN_BLOCK) attn_split(const float* __restrict__ q, const float* __restrict__ kc,
                                       const float* __restrict__ vc, const int* __restrict__ pos,
                                       float* __restrict__ part_m, float* __restrict__ part_l,
                                       float* __restrict__ part_acc, int hq, int hkv, int d,
                                       int splits, float scale) {
     attn_split_body(q, kc, vc, pos[0] + 1, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
 }
-extern "C" __global__ void attn_split_f16(const float* __restrict__ q, const __half* __restrict__ kc,
+extern "C" __global__ void __launch_bounds__(ATTN_BLOCK) attn_split_f16(const float* __restrict__ q, const __half* __restrict__ kc,
                                           const __half* __restrict__ vc, const int* __restrict__ pos,
                                           float* __restrict__ part_m, float* __restrict__ part_l,
                                           float* __restrict__ part_acc, int hq, int hkv, int d,
@@ -939,7 +956,7 @@ __device__ void attn_split_seq(const float* __restrict__ q, const unsigned long 
                     reinterpret_cast<const KV*>(vcs[j]), pos[j] + 1, part_m + parts,
                     part_l + parts, part_acc + parts * d, hq, hkv, d, splits, scale);
 }
-extern "C" __global__ void attn_split_seqs(const float* __restrict__ q,
+extern "C" __global__ void __launch_bounds__(ATTN_BLOCK) attn_split_seqs(const float* __restrict__ q,
                                            const unsigned long long* __restrict__ kcs,
                                            const unsigned long long* __restrict__ vcs,
                                            const int* __restrict__ pos, float* __restrict__ part_m,
@@ -947,7 +964,7 @@ extern "C" __global__ void attn_split_seqs(const float* __restrict__ q,
                                            int hq, int hkv, int d, int splits, float scale) {
     attn_split_seq<float>(q, kcs, vcs, pos, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
 }
-extern "C" __global__ void attn_split_seqs_f16(const float* __restrict__ q,
+extern "C" __global__ void __launch_bounds__(ATTN_BLOCK) attn_split_seqs_f16(const float* __restrict__ q,
                                                const unsigned long long* __restrict__ kcs,
                                                const unsigned long long* __restrict__ vcs,
                                                const int* __restrict__ pos,

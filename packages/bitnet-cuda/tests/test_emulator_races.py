@@ -1,0 +1,227 @@
+"""What only a GPU used to show, shown by the emulator: each kind of bug planted, and caught.
+
+The emulator runs a grid's blocks concurrently in a seeded random order, a
+block's warps and lanes in a seeded random order between barriers, and checks
+every access against the streams' order (``cuda_emulator/cuda_emu.h``,
+``cuda_emulator/streams.py``). Each test here plants one bug in the real kernel
+source or the real runner (a missing ``__syncthreads()``, a block that assumes
+it runs last, a stream that does not wait for the weights' upload) and sees
+it fail, next to the unplanted code passing. Then the review's findings on
+the fused decode step, each with its check.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from cuda_emulator import SEEDS, EmulatedCudaProvider, StreamRace, missing
+from cuda_emulator.cupy_emulator import EmulatedCuPy
+
+from bitnet_core.model import KVCacheConfig, random_weights
+from bitnet_core.testing.strict import assert_logits_close, strict_config
+from bitnet_cuda import kernels
+from bitnet_cuda.runner import CudaRunner
+
+if missing():
+    pytest.skip(missing(), allow_module_level=True)
+
+SEEDS_TRIED = (1, 2, 3)
+
+
+def _source() -> str:
+    return kernels.SOURCE.read_text()
+
+
+def _block_sum_without_barrier(which: int) -> str:
+    """The kernels with block_sum's ``which``-th ``__syncthreads()`` removed (0: the one
+    before its warps' sums are written, bitnet_kernels.cu:57 at b036071; 2: the one after
+    thread 0 writes the block's sum, :63)."""
+    src = _source()
+    start = src.index("__device__ float block_sum(")
+    end = src.index("__device__ float block_max(")
+    body = src[start:end]
+    spots = [m.start() for m in re.finditer(r"__syncthreads\(\);", body)]
+    assert len(spots) == 3
+    cut = spots[which]
+    body = body[:cut] + body[cut + len("__syncthreads();") :]
+    return src[:start] + body + src[end:]
+
+
+def _reduce(code: str, kernel: str, x: np.ndarray, seed: int) -> tuple[np.ndarray, ...]:
+    """quantize_act (block_max then block_sum) or rmsnorm (every thread scales by the
+    block's sum) of x's rows, 256 threads a row."""
+    cp = EmulatedCuPy()
+    fn = cp.RawModule(code=code).get_function(kernel)
+    t, k = x.shape
+    SEEDS.restart(seed)
+    if kernel == "rmsnorm":
+        y, g = cp.zeros((t, k), dtype=np.float32), cp.asarray(np.ones(k, np.float32))
+        fn((t,), (256,), (cp.asarray(x), g, y, np.int32(k), np.float32(1e-5)))
+        return (y.get(),)
+    kp = -(-k // 64) * 64
+    xq = cp.zeros((t, kp), dtype=np.int8)
+    scale, xsum = cp.zeros((t,), dtype=np.float32), cp.zeros((t,), dtype=np.int32)
+    fn((t,), (256,), (cp.asarray(x), xq, scale, xsum, np.int32(k), np.int32(kp)))
+    return xq.get(), scale.get(), xsum.get()
+
+
+@pytest.mark.parametrize(
+    "which,kernel", [(0, "quantize_act"), (2, "rmsnorm")], ids=["syncthreads-57", "syncthreads-63"]
+)
+def test_a_missing_syncthreads_gives_wrong_results(which: int, kernel: str) -> None:
+    """Either barrier of block_sum removed: a thread reads the shared sum before thread 0
+    wrote it (:63, seen where every thread uses the sum), or a warp overwrites the
+    block's max before every warp read it (:57). In index order, one block at a time,
+    both used to pass."""
+    x = np.random.default_rng(57 + which).standard_normal((48, 700)).astype(np.float32)
+    planted = _block_sum_without_barrier(which)
+    first = _reduce(_source(), kernel, x, SEEDS_TRIED[0])
+    for seed in SEEDS_TRIED:
+        good = _reduce(_source(), kernel, x, seed)
+        for a, b in zip(first, good, strict=True):  # the same bits whatever the order
+            np.testing.assert_array_equal(a, b)
+        bad = _reduce(planted, kernel, x, seed)
+        assert not all(np.array_equal(a, b) for a, b in zip(good, bad, strict=True)), seed
+
+
+def _combine(code: str, seed: int, hq: int = 32, d: int = 16, splits: int = 3) -> np.ndarray:
+    """attn_combine_norm_quant of random parts: its int8 row (the last block's work)."""
+    cp = EmulatedCuPy()
+    fn = cp.RawModule(code=code).get_function("attn_combine_norm_quant")
+    rng = np.random.default_rng(7)
+    parts = hq * splits
+    part_m = cp.asarray(rng.standard_normal(parts).astype(np.float32))
+    part_l = cp.asarray(rng.uniform(1, 2, parts).astype(np.float32))
+    part_acc = cp.asarray(rng.standard_normal(parts * d).astype(np.float32))
+    out = cp.zeros((hq * d,), dtype=np.float32)
+    g = cp.asarray(rng.uniform(0.5, 1.5, hq * d).astype(np.float32))
+    kp = -(-(hq * d) // 64) * 64
+    xq, scale = cp.zeros((kp,), dtype=np.int8), cp.zeros((1,), dtype=np.float32)
+    xsum, done = cp.zeros((1,), dtype=np.int32), cp.zeros((1,), dtype=np.int32)
+    i32 = np.int32
+    args = (part_m, part_l, part_acc, out, g, xq, scale, xsum, done)
+    SEEDS.restart(seed)
+    fn((hq, 1), (256,), (*args, i32(hq), i32(d), i32(splits), i32(kp), np.float32(1e-5)))
+    return np.concatenate([xq.get().view(np.uint8), done.get().view(np.uint8)])
+
+
+def test_a_block_that_assumes_it_runs_last_is_caught() -> None:
+    """An inter-block race: the combine's norm done by the block of the last head
+    instead of the last block to finish. Blocks in index order, one at a time, hid it."""
+    src = _source()
+    counted = "last = atomicAdd(done + j, 1) == hq - 1;"
+    assert counted in src
+    planted = src.replace(counted, "last = (atomicAdd(done + j, 1), h == hq - 1);")
+    good = [_combine(src, seed) for seed in SEEDS_TRIED]
+    assert all(np.array_equal(good[0], g) for g in good)
+    assert not good[0][-4:].any()  # the count set back to 0 for the next step
+    caught = [seed for seed in SEEDS_TRIED if not np.array_equal(_combine(planted, seed), good[0])]
+    assert caught == list(SEEDS_TRIED)
+
+
+def test_a_stream_that_does_not_wait_is_a_race() -> None:
+    """Work on one stream read on another: a StreamRace unless an event (or a host
+    synchronization) orders the two."""
+    cp = EmulatedCuPy()
+    a, b = cp.cuda.Stream(non_blocking=True), cp.cuda.Stream(non_blocking=True)
+    with a:
+        x = cp.zeros((8,), dtype=np.float32)
+        x.set(np.ones(8, np.float32))
+    with b, pytest.raises(StreamRace, match="with nothing ordering the two"):
+        x.get()
+    with a:
+        e = cp.cuda.Event()
+        e.record()
+        x.set(np.full(8, 2, np.float32))  # after the event: still unordered for b
+    b.wait_event(e)
+    with b, pytest.raises(StreamRace):
+        x.get()
+    a.synchronize()
+    with b:
+        assert x.get()[0] == 2
+    # the legacy stream and a blocking stream order each other; non_blocking ones do not
+    y = cp.zeros((4,), dtype=np.float32)  # legacy stream
+    with cp.cuda.Stream():
+        y.set(np.ones(4, np.float32))
+    with b, pytest.raises(StreamRace):
+        y.get()
+
+
+def _runner(kv: str = "float32") -> CudaRunner:
+    weights = random_weights(strict_config("relu2"), seed=48)
+    runner = CudaRunner(EmulatedCudaProvider(), weights, kv_cache=KVCacheConfig(dtype=kv))
+    runner.use_graphs = True
+    return runner
+
+
+def test_start_up_race_caught_and_fixed(monkeypatch) -> None:
+    """Review finding 1: the weights are uploaded and stacked (q|k|v, gate|up) on the legacy
+    stream; the runner's non_blocking stream read them unordered. Planted back (the wait
+    removed), the first forward is a StreamRace; with it, the runner decodes."""
+    monkeypatch.setattr(CudaRunner, "_wait_for_uploads", lambda self: None)
+    runner = _runner()
+    with runner.new_cache() as cs, pytest.raises(StreamRace, match="legacy default stream"):
+        runner.forward([1, 2, 3], cs)
+    monkeypatch.undo()
+    runner = _runner()
+    with runner.new_cache() as cs:
+        assert np.isfinite(runner.forward([1, 2, 3], cs)).all()
+
+
+def test_a_step_cut_short_does_not_skip_later_norms() -> None:
+    """Review finding 2: attn_combine_norm_quant's per-sequence count left part way (as a
+    launch cut short leaves it) is set back by the next step's first kernel, so that step
+    still norms and quantizes the attention output."""
+    clean, cut = _runner(), _runner()
+    with clean.new_cache() as a, cut.new_cache() as b:
+        for r, c in ((clean, a), (cut, b)):
+            r.forward([1, 2, 3], c), r.forward([4], c)
+        for tok in (5, 6, 7):  # the graph captured from the second decode step
+            want = clean.forward([tok], a)
+            cut._decode_bufs.done.set(np.array([5], np.int32), stream=cut.stream)
+            assert_logits_close(cut.forward([tok], b), want)
+
+
+def test_attention_split_refuses_more_threads_than_it_holds() -> None:
+    """Review finding 3: attn_split keeps 4 warps' partial results in shared memory;
+    its __launch_bounds__ make a launch of more threads fail (as the driver does), and
+    fewer warps compute the same attention."""
+    cp = EmulatedCuPy()
+    fn = cp.RawModule(code=_source()).get_function("attn_split")
+    rng = np.random.default_rng(3)
+    hq, hkv, d, n, splits = 4, 2, 64, 37, 2
+    q = cp.asarray(rng.standard_normal((hq, d)).astype(np.float32))
+    kc = cp.asarray(rng.standard_normal((n, hkv, d)).astype(np.float32))
+    vc = cp.asarray(rng.standard_normal((n, hkv, d)).astype(np.float32))
+    pos = cp.asarray(np.array([n - 1], np.int32))
+
+    def run(threads: int) -> tuple[np.ndarray, ...]:
+        parts = [cp.zeros((hq * splits * s,), dtype=np.float32) for s in (1, 1, d)]
+        geometry = (np.int32(hq), np.int32(hkv), np.int32(d), np.int32(splits))
+        fn((hq, splits), (threads,), (q, kc, vc, pos, *parts, *geometry, np.float32(0.125)))
+        return tuple(p.get() for p in parts)
+
+    with pytest.raises(RuntimeError, match="__launch_bounds__"):
+        run(256)
+    four, two = run(128), run(64)
+    for a, b in zip(four, two, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_embedding_of_an_id_out_of_range_is_zeros() -> None:
+    """Review finding 4: embed_* bound-checks its ids (they may come from the device):
+    an id outside the table gives zeros, not a read past it."""
+    cp = EmulatedCuPy()
+    fn = cp.RawModule(code=_source()).get_function("embed_f32")
+    table = np.arange(5 * 8, dtype=np.float32).reshape(5, 8)
+    ids = cp.asarray(np.array([-1, 5, 3, 1 << 30], np.int32))
+    x = cp.zeros((4, 8), dtype=np.float32)
+    done = cp.asarray(np.array([9, 9], np.int32))
+    i32 = np.int32
+    fn((4,), (64,), (cp.asarray(table), ids, x, i32(8), i32(8), i32(5), done, i32(2)))
+    want = np.zeros((4, 8), np.float32)
+    want[2] = table[3]
+    np.testing.assert_array_equal(x.get(), want)
+    np.testing.assert_array_equal(done.get(), [0, 0])  # and re-arms the combine's counts
