@@ -149,9 +149,10 @@ def test_a_stream_that_does_not_wait_is_a_race() -> None:
         y.get()
 
 
-def _runner(kv: str = "float32") -> CudaRunner:
+def _runner(kv: str = "float32", block: int = 64) -> CudaRunner:
     weights = random_weights(strict_config("relu2"), seed=48)
-    runner = CudaRunner(EmulatedCudaProvider(), weights, kv_cache=KVCacheConfig(dtype=kv))
+    cache = KVCacheConfig(dtype=kv, block_size=block)
+    runner = CudaRunner(EmulatedCudaProvider(), weights, kv_cache=cache)
     runner.use_graphs = True
     return runner
 
@@ -225,3 +226,34 @@ def test_embedding_of_an_id_out_of_range_is_zeros() -> None:
     want[2] = table[3]
     np.testing.assert_array_equal(x.get(), want)
     np.testing.assert_array_equal(done.get(), [0, 0])  # and re-arms the combine's counts
+
+
+def test_decode_step_host_work(monkeypatch) -> None:
+    """Review finding 5: a decode step on a cache it decoded before reads no array address
+    (its graph key is kept), copies ids and position in one copy from a page-locked buffer,
+    and downloads the logits into a kept page-locked buffer (the caller gets a copy)."""
+    from bitnet_cuda import runner as module
+
+    calls = []
+    real = module.device_address
+    monkeypatch.setattr(module, "device_address", lambda a: calls.append(1) or real(a))
+    runner = _runner(block=16)
+    with runner.new_cache() as cs:
+        runner.forward([1, 2, 3], cs)
+        first = runner.forward([4], cs)
+        calls.clear()
+        for tok in (5, 6, 7):
+            logits = runner.forward([tok], cs)
+        b = runner._decode_bufs
+        assert calls == []
+        for host in (b.host_io, b.host_logits):  # from alloc_pinned_memory
+            while isinstance(host, np.ndarray):
+                host = host.base
+            assert isinstance(getattr(host, "obj", host), bytearray)
+        assert not np.shares_memory(logits, b.host_logits) and np.isfinite(first).all()
+        arrays = cs.k
+        while cs.k is arrays:  # the cache grows: new arrays, a new key
+            runner.forward([8] * 16, cs)
+        calls.clear()
+        runner.forward([9], cs)
+        assert len(calls) == 2 * len(runner.layers)

@@ -98,21 +98,39 @@ def fuse_ternary(cp: Any, parts: list[CudaTernary]) -> FusedTernary:
     return FusedTernary(words, scales, row)
 
 
+def host_array(cp: Any, shape: tuple[int, ...], dtype: Any, pinned: bool) -> np.ndarray:
+    """A host array for copies to and from the device: page-locked where ``pinned`` (the
+    copy is a DMA, no staging through a bounce buffer), else an ordinary one."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    if not pinned:
+        return np.zeros(shape, dtype)
+    mem = cp.cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
+    return np.frombuffer(mem, dtype, count).reshape(shape)
+
+
 class StepBuffers:
     """Every array a forward pass of ``t`` tokens writes (kept for decode: fixed addresses).
 
     ``seqs``: a batched decode step, token ``j`` of sequence ``j``: a position and a
     K and V cache address per sequence and layer (``kv_addresses``), and split-attention
-    parts per sequence.
+    parts per sequence. The ids and positions are one device array (``io``: one copy a
+    step) written from ``host_io``; ``pinned`` (the decode steps' buffers, kept) makes
+    ``host_io`` and ``host_logits`` page-locked.
     """
 
-    def __init__(self, cp: Any, cfg: Any, t: int, head_rows: int, seqs: bool = False) -> None:
+    def __init__(
+        self, cp: Any, cfg: Any, t: int, head_rows: int, seqs: bool = False, pinned: bool = False
+    ) -> None:
         hidden, qdim = cfg.hidden_size, cfg.num_heads * cfg.head_dim
         qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
         f = cfg.intermediate_size
         self.t = t
-        self.ids = cp.zeros((t,), dtype=np.int32)
-        self.pos = cp.zeros((t if seqs else 1,), dtype=np.int32)
+        npos = t if seqs else 1
+        self.io = cp.zeros((t + npos,), dtype=np.int32)
+        self.ids, self.pos = self.io[:t], self.io[t:]
+        self.host_io = host_array(cp, (t + npos,), np.int32, pinned)
+        self.host_logits = host_array(cp, (head_rows, cfg.vocab_size), np.float32, pinned)
         self.x = cp.zeros((t, hidden), dtype=np.float32)
         self.xq = cp.zeros((t, padded_cols(hidden)), dtype=np.int8)  # norm(x), int8
         self.qkv = cp.zeros((t, qkv), dtype=np.float32)
@@ -156,6 +174,8 @@ class CudaRunner(GenericRunner):
         self._warm: set[tuple[Any, ...]] = set()  # layouts whose step ran once without a graph
         self._decode_bufs: StepBuffers | None = None
         self._batch_bufs: dict[int, StepBuffers] = {}  # batched decode steps, by batch size
+        # the last decode step's cache arrays (its K and V lists) and graph key
+        self._key_memo: tuple[Any, Any, tuple[Any, ...]] | None = None
         if not self.fused:
             return
         self.cp = provider.cp
@@ -203,22 +223,32 @@ class CudaRunner(GenericRunner):
             b = StepBuffers(self.cp, self.config, t, t if all_logits else 1)
             self._set_inputs(b, ids, start)
             self._launch_step(b, self._prefill_attention(b, cache, start))
-            logits = self._download(b.logits)
+            logits = self._download(b)
         cache.advance(t)
         return logits if all_logits else logits[-1]
 
     def _decode(self, ids: np.ndarray, cache: Sequence, start: int) -> np.ndarray:
         if self._decode_bufs is None:
-            self._decode_bufs = StepBuffers(self.cp, self.config, 1, 1)
+            self._decode_bufs = StepBuffers(self.cp, self.config, 1, 1, pinned=True)
         b = self._decode_bufs
         self._set_inputs(b, ids, start)
+        splits = split_count(int(cache.k[0].shape[0]), self.config.num_heads, self.keys_per_split)
+        self._run_step(self._decode_key(cache, splits), b, self._decode_attention(b, cache, splits))
+        return self._download(b)
+
+    def _decode_key(self, cache: Sequence, splits: int) -> tuple[Any, ...]:
+        """A decode step's graph key: its cache arrays' addresses. Kept while the sequence
+        keeps its arrays (``cache.k`` is a new list when they change; the memo holds the
+        list, so the identity test is exact): 2 x layers address reads a step saved."""
+        memo = self._key_memo
+        if memo is not None and memo[0] is cache.k and memo[1] is cache.v:
+            return memo[2]
         key = tuple(
             (device_address(k), device_address(v)) for k, v in zip(cache.k, cache.v, strict=True)
         )
-        splits = split_count(int(cache.k[0].shape[0]), self.config.num_heads, self.keys_per_split)
         key += (tuple(cache.k[0].shape), str(cache.k[0].dtype), splits)
-        self._run_step(key, b, self._decode_attention(b, cache, splits))
-        return self._download(b.logits)
+        self._key_memo = (cache.k, cache.v, key)
+        return key
 
     # --- a batched decode step ----------------------------------------------------------
     def forward_batch(self, items: Any) -> np.ndarray:
@@ -240,11 +270,11 @@ class CudaRunner(GenericRunner):
         cp, n = self.cp, len(items)
         b = self._batch_bufs.get(n)
         if b is None:
-            b = self._batch_bufs[n] = StepBuffers(cp, self.config, n, n, seqs=True)
+            b = self._batch_bufs[n] = StepBuffers(cp, self.config, n, n, seqs=True, pinned=True)
         caches = [cache for _, cache in items]
-        ids = np.array([int(ids[0]) for ids, _ in items], dtype=np.int32)
-        b.ids.set(ids, stream=self.stream)
-        b.pos.set(np.array([c.length for c in caches], dtype=np.int32), stream=self.stream)
+        b.host_io[:n] = [int(ids[0]) for ids, _ in items]
+        b.host_io[n:] = [c.length for c in caches]
+        b.io.set(b.host_io, stream=self.stream)
         addresses = [
             [[device_address(c.k[i]) for c in caches], [device_address(c.v[i]) for c in caches]]
             for i in range(self.config.num_layers)
@@ -256,16 +286,19 @@ class CudaRunner(GenericRunner):
         # the caches are data (their addresses in b.kv_addresses): one graph a batch size
         key = ("seqs", n, splits, str(dtype))
         self._run_step(key, b, self._batch_attention(b, splits, dtype == np.float16))
-        return self._download(b.logits)
+        return self._download(b)
 
     def _set_inputs(self, b: StepBuffers, ids: np.ndarray, start: int) -> None:
-        b.ids.set(np.ascontiguousarray(ids, dtype=np.int32), stream=self.stream)
-        b.pos.set(np.array([start], dtype=np.int32), stream=self.stream)
+        b.host_io[: b.t] = ids
+        b.host_io[b.t] = start
+        b.io.set(b.host_io, stream=self.stream)
 
-    def _download(self, logits: Any) -> np.ndarray:
-        out = logits.get(stream=self.stream)
+    def _download(self, b: StepBuffers) -> np.ndarray:
+        """The step's logits, through ``b.host_logits`` (the caller gets its own copy: the
+        buffer is the next step's too)."""
+        b.logits.get(stream=self.stream, out=b.host_logits)
         self.stream.synchronize()
-        return np.asarray(out, dtype=np.float32)
+        return b.host_logits.copy()
 
     # --- CUDA graphs ------------------------------------------------------------------
     def _run_step(self, key: tuple[Any, ...], b: StepBuffers, attend: Attend) -> None:

@@ -151,11 +151,16 @@ class DeviceArray(np.ndarray):
             raise ValueError(f"set: {arr.dtype}{arr.shape} into {self.dtype}{self.shape}")
         np.copyto(self, arr)
 
-    def get(self, stream: Any = None) -> np.ndarray:
+    def get(self, stream: Any = None, out: np.ndarray | None = None) -> np.ndarray:
         _not_capturing("ndarray.get")
         ORDER.access("ndarray.get", stream, reads=[self])
         ORDER.host_waits(stream)  # get() synchronizes its stream
-        return np.array(self, copy=True)
+        if out is None:
+            return np.array(self, copy=True)
+        if out.shape != self.shape or out.dtype != self.dtype:
+            raise ValueError(f"get: {self.dtype}{self.shape} into {out.dtype}{out.shape}")
+        np.copyto(out, np.asarray(self))
+        return out
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         _not_capturing(f"numpy.{ufunc.__name__}")
@@ -461,6 +466,7 @@ class EmulatedCuPy:
         Event=_Event,
         get_elapsed_time=_elapsed_ms,
         get_current_stream=_current_stream,
+        alloc_pinned_memory=bytearray,  # page-locked host memory: here, host memory
     )
 
     @staticmethod
