@@ -257,3 +257,22 @@ def test_decode_step_host_work(monkeypatch) -> None:
         calls.clear()
         runner.forward([9], cs)
         assert len(calls) == 2 * len(runner.layers)
+
+
+def test_launches_counted_for_every_kernel_of_a_replayed_graph() -> None:
+    """``trace.launches`` (``bitnet bench --profile``'s launches_per_step) counts each kernel
+    of a replayed graph, the same as the kernels launched one by one."""
+    counts = {}
+    for graphs in (False, True):
+        runner = _runner()
+        runner.use_graphs = graphs
+        trace = runner.provider.trace
+        with runner.new_cache() as cs:
+            runner.forward([1, 2, 3], cs)
+            runner.forward([4], cs), runner.forward([5], cs)  # (the graph captured)
+            before, submitted = trace.launches, trace.submissions
+            runner.forward([6], cs)
+            counts[graphs] = (trace.launches - before, trace.submissions - submitted)
+    layers = len(runner.layers)
+    assert counts[True][0] == counts[False][0] >= 8 * layers
+    assert counts[True][1] == 1 and counts[False][1] == counts[False][0]

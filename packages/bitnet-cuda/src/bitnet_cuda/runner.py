@@ -176,6 +176,7 @@ class CudaRunner(GenericRunner):
         self._batch_bufs: dict[int, StepBuffers] = {}  # batched decode steps, by batch size
         # the last decode step's cache arrays (its K and V lists) and graph key
         self._key_memo: tuple[Any, Any, tuple[Any, ...]] | None = None
+        self._graph_kernels: dict[tuple[Any, ...], int] = {}  # kernels of each graph
         if not self.fused:
             return
         self.cp = provider.cp
@@ -308,6 +309,7 @@ class CudaRunner(GenericRunner):
         if graph is not None:
             graph.launch(self.stream)
             self._provider.trace.submit()
+            self._provider.trace.launched(self._graph_kernels[key])
         else:
             self._launch_step(b, attend)
 
@@ -323,7 +325,8 @@ class CudaRunner(GenericRunner):
             self._warm.add(key)
             return None
         trace = self._provider.trace
-        submitted = trace.submissions  # a capture records the kernels, submits nothing
+        # a capture records the kernels: it submits and runs nothing
+        submitted, launched = trace.submissions, trace.launches
         try:
             self.stream.begin_capture()
             try:
@@ -335,10 +338,14 @@ class CudaRunner(GenericRunner):
             trace.fallback(f"cuda: CUDA graph capture failed ({exc}); decoding without graphs")
             return None
         finally:
-            trace.submissions = submitted
+            captured = trace.launches - launched
+            trace.submissions, trace.launches = submitted, launched
         self._graphs[key] = graph
+        self._graph_kernels[key] = captured
         if len(self._graphs) > MAX_GRAPHS:
-            self._warm.discard(self._graphs.popitem(last=False)[0])
+            dropped = self._graphs.popitem(last=False)[0]
+            self._warm.discard(dropped)
+            self._graph_kernels.pop(dropped, None)
         return graph
 
     # --- the kernels of one forward pass ------------------------------------------------
