@@ -276,3 +276,34 @@ def test_launches_counted_for_every_kernel_of_a_replayed_graph() -> None:
     layers = len(runner.layers)
     assert counts[True][0] == counts[False][0] >= 8 * layers
     assert counts[True][1] == 1 and counts[False][1] == counts[False][0]
+
+
+@pytest.mark.parametrize("graphs", [False, True], ids=["launches", "graphs"])
+def test_greedy_tokens_on_the_device_equal_the_host_loop(graphs: bool) -> None:
+    """decode_greedy: k steps in one graph launch, each step's argmax on the device feeding
+    the next; the same tokens and cache as forward + numpy's argmax token by token; with
+    eos, the tokens after it are dropped and the cache forgets their rows."""
+    host, dev = _runner(), _runner()
+    dev.use_graphs = host.use_graphs = graphs
+    with host.new_cache() as a, dev.new_cache() as b:
+        token = int(np.argmax(host.forward([1, 2, 3], a)))
+        assert int(np.argmax(dev.forward([1, 2, 3], b))) == token
+        want, t = [], token
+        for _ in range(9):
+            t = int(np.argmax(host.forward([t], a)))
+            want.append(t)
+        got = dev.decode_greedy(token, b, 3) + dev.decode_greedy(want[2], b, 3)
+        got += dev.decode_greedy(want[5], b, 3)  # the graph for k = 3 replayed
+        assert got == want and b.length == a.length
+        logits = host.forward([want[-1]], a)
+        assert_logits_close(dev.forward([want[-1]], b), logits)  # the caches agree
+        t, before = int(np.argmax(logits)), a.length
+        w2, u = [], t
+        for _ in range(4):
+            u = int(np.argmax(host.forward([u], a)))
+            w2.append(u)
+        eos = w2[1]
+        stop = dev.decode_greedy(t, b, 4, eos=eos)
+        assert stop == w2[: w2.index(eos) + 1] and b.length == before + len(stop)
+        a.truncate(b.length)  # the rows after eos forgotten on both: the next step agrees
+        assert_logits_close(dev.forward([stop[-1]], b), host.forward([stop[-1]], a))

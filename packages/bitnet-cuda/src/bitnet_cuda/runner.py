@@ -177,6 +177,7 @@ class CudaRunner(GenericRunner):
         # the last decode step's cache arrays (its K and V lists) and graph key
         self._key_memo: tuple[Any, Any, tuple[Any, ...]] | None = None
         self._graph_kernels: dict[tuple[Any, ...], int] = {}  # kernels of each graph
+        self._rings: dict[int, tuple[Any, np.ndarray]] = {}  # decode_greedy's, by k
         if not self.fused:
             return
         self.cp = provider.cp
@@ -251,6 +252,64 @@ class CudaRunner(GenericRunner):
         self._key_memo = (cache.k, cache.v, key)
         return key
 
+    # --- greedy decoding with the token on the device -----------------------------------
+    def decode_greedy(
+        self, token: int, cache: Sequence, k: int, eos: int | None = None
+    ) -> list[int]:
+        """The ``k`` greedy tokens after ``token`` (at ``cache.length``) in one graph launch:
+        each step's argmax (``argmax_next``) writes the next step's id and position on the
+        device and a slot of a token ring, read once at the end; ``k`` cache rows are
+        reserved first. With ``eos``, the tokens after the first ``eos`` are dropped and
+        the cache forgets their rows. No logits reach the host."""
+        if k <= 0:
+            raise ValueError("decode_greedy: k must be positive")
+        if not self.fused:  # the generic engine: the host loop
+            out = []
+            for _ in range(k):
+                token = int(np.argmax(self.forward([token], cache)))
+                out.append(token)
+                if token == eos:
+                    break
+            return out
+        ids = self._step_ids([token])  # (a clear error for an id outside the vocabulary)
+        with self.cp.cuda.Device(self._provider.device_id), self.stream, self._lock:
+            start = cache.length
+            cache.reserve(start + k)
+            if self._decode_bufs is None:
+                self._decode_bufs = StepBuffers(self.cp, self.config, 1, 1, pinned=True)
+            b = self._decode_bufs
+            ring, host_ring = self._ring(k)
+            self._set_inputs(b, ids, start)
+            capacity = int(cache.k[0].shape[0])
+            splits = split_count(capacity, self.config.num_heads, self.keys_per_split)
+            attend = self._decode_attention(b, cache, splits)
+            vocab = np.int32(self.config.vocab_size)
+
+            def steps() -> None:
+                for j in range(k):
+                    self._launch_step(b, attend)
+                    args = (b.logits, vocab, b.ids, b.pos, ring, np.int32(j))
+                    self._fn["argmax_next"]((1,), (NORM_THREADS,), args)
+
+            self._run_step(("greedy", k, *self._decode_key(cache, splits)), b, attend, steps)
+            ring.get(stream=self.stream, out=host_ring)
+            self.stream.synchronize()
+            out = [int(t) for t in host_ring]
+            if eos is not None and eos in out:
+                out = out[: out.index(eos) + 1]
+            cache.advance(len(out))
+            return out
+
+    def _ring(self, k: int) -> tuple[Any, np.ndarray]:
+        """The device token ring of ``k`` slots and its page-locked host copy (kept)."""
+        found = self._rings.get(k)
+        if found is None:
+            found = self._rings[k] = (
+                self.cp.zeros((k,), dtype=np.int32),
+                host_array(self.cp, (k,), np.int32, pinned=True),
+            )
+        return found
+
     # --- a batched decode step ----------------------------------------------------------
     def forward_batch(self, items: Any) -> np.ndarray:
         if not self.fused:
@@ -302,18 +361,25 @@ class CudaRunner(GenericRunner):
         return b.host_logits.copy()
 
     # --- CUDA graphs ------------------------------------------------------------------
-    def _run_step(self, key: tuple[Any, ...], b: StepBuffers, attend: Attend) -> None:
-        """A decode step: its captured graph for ``key`` (captured on first use), or the
-        kernels launched as they are."""
-        graph = self._graph(key, b, attend) if self.use_graphs else None
+    def _run_step(
+        self,
+        key: tuple[Any, ...],
+        b: StepBuffers,
+        attend: Attend,
+        launch: Callable[[], None] | None = None,
+    ) -> None:
+        """A decode step (or ``launch``: several, decode_greedy's): its captured graph for
+        ``key`` (captured on first use), or the kernels launched as they are."""
+        launch = launch or (lambda: self._launch_step(b, attend))
+        graph = self._graph(key, launch) if self.use_graphs else None
         if graph is not None:
             graph.launch(self.stream)
             self._provider.trace.submit()
             self._provider.trace.launched(self._graph_kernels[key])
         else:
-            self._launch_step(b, attend)
+            launch()
 
-    def _graph(self, key: tuple[Any, ...], b: StepBuffers, attend: Attend) -> Any:
+    def _graph(self, key: tuple[Any, ...], launch: Callable[[], None]) -> Any:
         """The captured step for ``key``, or None (its first step runs uncaptured)."""
         graph = self._graphs.get(key)
         if graph is not None:
@@ -330,7 +396,7 @@ class CudaRunner(GenericRunner):
         try:
             self.stream.begin_capture()
             try:
-                self._launch_step(b, attend)
+                launch()
             finally:
                 graph = self.stream.end_capture()
         except Exception as exc:  # a driver or CuPy without capture: run the kernels as they are
@@ -480,4 +546,5 @@ _KERNELS = (
     "attn_split_seqs",
     "attn_split_seqs_f16",
     "attn_combine_norm_quant",
+    "argmax_next",
 )

@@ -57,6 +57,7 @@ KERNELS = (
     "attn_split_seqs",
     "attn_split_seqs_f16",
     "attn_combine_norm_quant",
+    "argmax_next",
 )
 
 

@@ -1024,3 +1024,34 @@ extern "C" __global__ void __launch_bounds__(COMBINE_BLOCK)
     const float ss = read_row(v, held, dim, [&](int e) { return __ldcg(out + e); });
     norm_quant_row(v, held, out, ss, g, eps, dim, kp, xq + j * kp, scale + j, xsum + j, red);
 }
+
+// Greedy decoding on the device, the last kernel of a step: ids[0] = argmax(logits[:vocab])
+// (the lowest index among equal maxima, as numpy's argmax; NaN never wins), ring[slot] =
+// it and pos[0] += 1, so the next step (in the same graph) reads its input here.
+extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
+    argmax_next(const float* __restrict__ logits, int vocab, int* __restrict__ ids,
+                int* __restrict__ pos, int* __restrict__ ring, int slot) {
+    __shared__ float best_v[NORM_BLOCK / WARP];
+    __shared__ int best_i[NORM_BLOCK / WARP];
+    float v = __uint_as_float(0xff800000u);  // -inf
+    int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float x = logits[i];
+        if (x > v || (x == v && i < idx)) v = x, idx = i;
+    }
+    for (int o = WARP / 2; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (ov > v || (ov == v && oi < idx)) v = ov, idx = oi;
+    }
+    if (threadIdx.x % WARP == 0) best_v[threadIdx.x / WARP] = v, best_i[threadIdx.x / WARP] = idx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x / WARP); w++)
+            if (best_v[w] > v || (best_v[w] == v && best_i[w] < idx)) v = best_v[w], idx = best_i[w];
+        if (idx >= vocab) idx = 0;  // every logit NaN or -inf
+        ids[0] = idx;
+        ring[slot] = idx;
+        pos[0] += 1;
+    }
+}
