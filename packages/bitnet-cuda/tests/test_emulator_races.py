@@ -303,7 +303,34 @@ def test_greedy_tokens_on_the_device_equal_the_host_loop(graphs: bool) -> None:
             u = int(np.argmax(host.forward([u], a)))
             w2.append(u)
         eos = w2[1]
-        stop = dev.decode_greedy(t, b, 4, eos=eos)
+        stop = dev.decode_greedy(t, b, 4, eos={eos})
         assert stop == w2[: w2.index(eos) + 1] and b.length == before + len(stop)
         a.truncate(b.length)  # the rows after eos forgotten on both: the next step agrees
         assert_logits_close(dev.forward([stop[-1]], b), host.forward([stop[-1]], a))
+
+
+def test_generation_takes_the_device_path_for_greedy_and_says_so() -> None:
+    """generate_tokens: greedy decoding without processors or penalties goes through
+    decode_greedy (DEVICE_TOKENS a launch) with the same tokens as the host path, and
+    the stats (the receipt's ``token_path``) say which path ran; a repeat penalty keeps
+    the host path."""
+    from bitnet_core.model.generation import GenerationStats, generate_tokens
+    from bitnet_core.model.sampling import SamplingParams
+
+    runner = _runner()
+    greedy = SamplingParams(temperature=0, max_tokens=20)
+    penalized = SamplingParams(temperature=0, max_tokens=20, repeat_penalty=1.3)
+    got = {}
+    for name, params, r in (
+        ("device", greedy, runner),
+        ("host", greedy, _runner()),
+        ("penalty", penalized, runner),
+    ):
+        if name == "host":
+            r.decode_greedy = None  # as a runner without it
+        stats = GenerationStats()
+        got[name] = list(generate_tokens(r, [1, 2, 3], params, stats=stats))
+        got[name + "-path"] = stats.token_path
+    assert got["device"] == got["host"] and len(got["device"]) == 20
+    assert got["device-path"] == "device" and got["host-path"] == "host"
+    assert got["penalty-path"] == "host"

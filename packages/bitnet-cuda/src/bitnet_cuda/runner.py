@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,13 +254,13 @@ class CudaRunner(GenericRunner):
 
     # --- greedy decoding with the token on the device -----------------------------------
     def decode_greedy(
-        self, token: int, cache: Sequence, k: int, eos: int | None = None
+        self, token: int, cache: Sequence, k: int, eos: Collection[int] = ()
     ) -> list[int]:
         """The ``k`` greedy tokens after ``token`` (at ``cache.length``) in one graph launch:
         each step's argmax (``argmax_next``) writes the next step's id and position on the
         device and a slot of a token ring, read once at the end; ``k`` cache rows are
-        reserved first. With ``eos``, the tokens after the first ``eos`` are dropped and
-        the cache forgets their rows. No logits reach the host."""
+        reserved first. The tokens after the first one in ``eos`` are dropped and the cache
+        forgets their rows. No logits reach the host."""
         if k <= 0:
             raise ValueError("decode_greedy: k must be positive")
         if not self.fused:  # the generic engine: the host loop
@@ -268,7 +268,7 @@ class CudaRunner(GenericRunner):
             for _ in range(k):
                 token = int(np.argmax(self.forward([token], cache)))
                 out.append(token)
-                if token == eos:
+                if token in eos:
                     break
             return out
         ids = self._step_ids([token])  # (a clear error for an id outside the vocabulary)
@@ -295,8 +295,9 @@ class CudaRunner(GenericRunner):
             ring.get(stream=self.stream, out=host_ring)
             self.stream.synchronize()
             out = [int(t) for t in host_ring]
-            if eos is not None and eos in out:
-                out = out[: out.index(eos) + 1]
+            cut = next((i for i, t in enumerate(out) if t in eos), None)
+            if cut is not None:
+                out = out[: cut + 1]
             cache.advance(len(out))
             return out
 
