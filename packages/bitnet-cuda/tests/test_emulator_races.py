@@ -13,6 +13,7 @@ the fused decode step, each with its check.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -334,3 +335,53 @@ def test_generation_takes_the_device_path_for_greedy_and_says_so() -> None:
     assert got["device"] == got["host"] and len(got["device"]) == 20
     assert got["device-path"] == "device" and got["host-path"] == "host"
     assert got["penalty-path"] == "host"
+
+
+def _sample(logits: np.ndarray, s: Any, position: int) -> int:
+    cp = EmulatedCuPy()
+    fn = cp.RawModule(code=_source()).get_function("sample_next")
+    ids, pos = cp.zeros((1,), dtype=np.int32), cp.asarray(np.array([position], np.int32))
+    ring = cp.zeros((1,), dtype=np.int32)
+    args = (cp.asarray(logits), np.int32(logits.size), *s.args(), ids, pos, ring, np.int32(0))
+    fn((1,), (256,), args)
+    assert pos.get()[0] == position + 1 and ring.get()[0] == ids.get()[0]
+    return int(ids.get()[0])
+
+
+def test_sampling_on_the_device_draws_only_what_the_host_filters_keep() -> None:
+    """sample_next: every draw is a token the host's token_probabilities gives mass to
+    (top-k, temperature, top-p, min-p), the same for the same seed and position, and
+    top_k = 1 is the argmax; over positions the draws follow the probabilities."""
+    from bitnet_core.model.sampling import SamplingParams, token_probabilities
+    from bitnet_cuda.runner import DeviceSampling
+
+    rng = np.random.default_rng(52)
+    logits = (rng.standard_normal(700) * 3).astype(np.float32)
+    for t, k, p, m in ((0.7, 40, 0.9, 0.05), (1.0, 0, 0.5, 0.0), (1.3, 5, 1.0, 0.2)):
+        host = token_probabilities(logits, SamplingParams(temperature=t, top_k=k, top_p=p, min_p=m))
+        s = DeviceSampling(t, k, p, m, seed=7)
+        draws = [_sample(logits, s, position) for position in range(40)]
+        assert all(host[d] > 0 for d in draws), (t, k, p, m)
+        assert len(set(draws)) > 1 and _sample(logits, s, 3) == draws[3]
+    assert _sample(logits, DeviceSampling(1.0, top_k=1), 0) == int(np.argmax(logits))
+    # the draws follow the distribution: two tokens, 0.8 / 0.2
+    two = np.full(64, -np.inf, np.float32)
+    two[[3, 9]] = [np.log(0.8), np.log(0.2)]
+    draws = [_sample(two, DeviceSampling(1.0, seed=1), position) for position in range(200)]
+    assert set(draws) == {3, 9} and 0.7 < draws.count(3) / 200 < 0.9
+
+
+def test_sampled_tokens_on_the_device_repeat_for_a_seed() -> None:
+    """decode_greedy with ``sampling``: k drawn tokens a graph launch, the same for the
+    same seed from the same cache state, in the vocabulary."""
+    from bitnet_cuda.runner import DeviceSampling
+
+    runs = []
+    for seed in (5, 5):
+        runner = _runner()
+        with runner.new_cache() as cs:
+            runner.forward([1, 2, 3], cs)
+            s = DeviceSampling(0.9, top_k=20, top_p=0.9, seed=seed)
+            runs.append(runner.decode_greedy(4, cs, 4, sampling=s))
+            assert cs.length == 3 + 4
+    assert runs[0] == runs[1] and all(0 <= t < runner.config.vocab_size for t in runs[0])

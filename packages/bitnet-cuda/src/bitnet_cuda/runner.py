@@ -78,6 +78,25 @@ def split_count(capacity: int, heads: int, keys_per_split: int) -> int:
     return max(1, min(MAX_SPLITS, capacity // keys_per_split, MAX_PARTS // heads))
 
 
+@dataclass(frozen=True)
+class DeviceSampling:
+    """``sample_next``'s settings (the host's SamplingParams without penalties): a graph a
+    setting, so the values are baked into it."""
+
+    temperature: float
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int = 0
+
+    def args(self) -> tuple[Any, ...]:
+        seed = self.seed & 0xFFFFFFFFFFFFFFFF
+        return (
+            np.float32(1.0 / self.temperature), np.int32(self.top_k), np.float32(self.top_p),
+            np.float32(self.min_p), np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32),
+        )  # fmt: skip
+
+
 @dataclass(eq=False)
 class FusedTernary:
     """Ternary weights of several linears stacked by rows (q|k|v or gate|up)."""
@@ -254,16 +273,23 @@ class CudaRunner(GenericRunner):
 
     # --- greedy decoding with the token on the device -----------------------------------
     def decode_greedy(
-        self, token: int, cache: Sequence, k: int, eos: Collection[int] = ()
+        self,
+        token: int,
+        cache: Sequence,
+        k: int,
+        eos: Collection[int] = (),
+        sampling: DeviceSampling | None = None,
     ) -> list[int]:
         """The ``k`` greedy tokens after ``token`` (at ``cache.length``) in one graph launch:
         each step's argmax (``argmax_next``) writes the next step's id and position on the
         device and a slot of a token ring, read once at the end; ``k`` cache rows are
         reserved first. The tokens after the first one in ``eos`` are dropped and the cache
-        forgets their rows. No logits reach the host."""
+        forgets their rows. No logits reach the host. ``sampling``: draw each token on the
+        device instead (``sample_next``: top-k, temperature, top-p, min-p, seeded by the
+        seed and the position)."""
         if k <= 0:
             raise ValueError("decode_greedy: k must be positive")
-        if not self.fused:  # the generic engine: the host loop
+        if not self.fused and sampling is None:  # the generic engine: the host loop
             out = []
             for _ in range(k):
                 token = int(np.argmax(self.forward([token], cache)))
@@ -284,14 +310,17 @@ class CudaRunner(GenericRunner):
             splits = split_count(capacity, self.config.num_heads, self.keys_per_split)
             attend = self._decode_attention(b, cache, splits)
             vocab = np.int32(self.config.vocab_size)
+            choose = (vocab,) if sampling is None else (vocab, *sampling.args())
 
             def steps() -> None:
                 for j in range(k):
                     self._launch_step(b, attend)
-                    args = (b.logits, vocab, b.ids, b.pos, ring, np.int32(j))
-                    self._fn["argmax_next"]((1,), (NORM_THREADS,), args)
+                    args = (b.logits, *choose, b.ids, b.pos, ring, np.int32(j))
+                    name = "argmax_next" if sampling is None else "sample_next"
+                    self._fn[name]((1,), (NORM_THREADS,), args)
 
-            self._run_step(("greedy", k, *self._decode_key(cache, splits)), b, attend, steps)
+            key = ("greedy" if sampling is None else sampling, k, *self._decode_key(cache, splits))
+            self._run_step(key, b, attend, steps)
             ring.get(stream=self.stream, out=host_ring)
             self.stream.synchronize()
             out = [int(t) for t in host_ring]
@@ -548,4 +577,5 @@ _KERNELS = (
     "attn_split_seqs_f16",
     "attn_combine_norm_quant",
     "argmax_next",
+    "sample_next",
 )

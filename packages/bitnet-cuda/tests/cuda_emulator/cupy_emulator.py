@@ -326,6 +326,8 @@ class _Kernel:
                 v: Any = ctypes.c_void_p(a.ctypes.data)
             elif isinstance(a, np.int32):
                 v = ctypes.c_int32(int(a))
+            elif isinstance(a, np.uint32):
+                v = ctypes.c_uint32(int(a))
             elif isinstance(a, np.float32):
                 v = ctypes.c_float(float(a))
             else:

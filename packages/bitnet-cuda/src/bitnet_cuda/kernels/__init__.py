@@ -58,6 +58,7 @@ KERNELS = (
     "attn_split_seqs_f16",
     "attn_combine_norm_quant",
     "argmax_next",
+    "sample_next",
 )
 
 

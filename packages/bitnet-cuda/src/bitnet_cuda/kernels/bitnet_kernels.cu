@@ -1055,3 +1055,122 @@ extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
         pos[0] += 1;
     }
 }
+
+// Seeded sampling on the device, the last kernel of a step (as argmax_next): the token is
+// drawn from softmax(logits / T) after top-k (ties at the k-th value kept), top-p (the
+// largest probabilities whose mass reaches top_p, ties at the cut kept) and min-p (p >=
+// min_p * max p), the filters of the host's token_probabilities; the draw is the first
+// token whose cumulative probability passes u, u from (seed, pos[0]). Thresholds are
+// found by bisection over the row (no sort), the kept mass by chunks a thread.
+__device__ __forceinline__ float uniform01(unsigned long long seed, int p) {
+    unsigned long long z = seed ^ ((unsigned long long)(unsigned)p * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f);  // 24 bits: [0, 1)
+}
+extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
+    sample_next(const float* __restrict__ logits, int vocab, float inv_temp, int top_k,
+                float top_p, float min_p, unsigned seed_lo, unsigned seed_hi,
+                int* __restrict__ ids, int* __restrict__ pos, int* __restrict__ ring, int slot) {
+    __shared__ float red[32];
+    __shared__ float part[NORM_BLOCK];
+    __shared__ int owner;
+    const float big = 3.0e38f;
+    float hi = -big, lo = big;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float x = logits[i];
+        if (fabsf(x) <= big) hi = fmaxf(hi, x), lo = fminf(lo, x);  // finite only
+    }
+    hi = block_max(hi, red);
+    lo = -block_max(-lo, red);
+    float kth = lo;  // top-k: the k-th largest value (the largest t with k values >= t)
+    if (top_k > 0 && top_k < vocab) {
+        float a = lo, b = hi;
+        for (int it = 0; it < 48 && a < b; it++) {
+            const float mid = a + (b - a) * 0.5f;
+            if (mid <= a || mid >= b) break;
+            float c = 0.0f;
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x) c += logits[i] >= mid ? 1.0f : 0.0f;
+            if (block_sum(c, red) >= (float)top_k) a = mid;
+            else b = mid;
+        }
+        float m = big;  // the smallest value >= a: exactly the k-th
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+            if (logits[i] >= a) m = fminf(m, logits[i]);
+        kth = -block_max(-m, red);
+    }
+    // weights w = exp((x - max) / T) of the kept tokens: the largest is 1
+#define SAMPLE_W(x) (((x) >= kth && fabsf(x) <= big) ? expf(((x) - hi) * inv_temp) : 0.0f)
+    float total = 0.0f;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) total += SAMPLE_W(logits[i]);
+    total = block_sum(total, red);
+    float cut = min_p;  // keep w >= cut (min-p: p >= min_p * max p, max w = 1)
+    if (top_p < 1.0f) {  // the largest t whose kept mass sum(w >= t) reaches top_p
+        float a = 0.0f, b = 1.0f;
+        for (int it = 0; it < 48; it++) {
+            const float mid = a + (b - a) * 0.5f;
+            if (mid <= a || mid >= b) break;
+            float s = 0.0f;
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+                const float w = SAMPLE_W(logits[i]);
+                s += w >= mid ? w : 0.0f;
+            }
+            if (block_sum(s, red) >= top_p * total) a = mid;
+            else b = mid;
+        }
+        float m = 2.0f;  // the smallest weight >= a: the cut exactly
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+            const float w = SAMPLE_W(logits[i]);
+            if (w >= a && w > 0.0f) m = fminf(m, w);
+        }
+        cut = fmaxf(cut, -block_max(-m, red));
+    }
+    // the draw: chunks of consecutive tokens a thread, their kept mass, the owner of u
+    const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
+    const int i0 = threadIdx.x * chunk, i1 = min(vocab, i0 + chunk);
+    float s = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const float w = SAMPLE_W(logits[i]);
+        s += w >= cut && w > 0.0f ? w : 0.0f;
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float run = 0.0f;
+        for (int t = 0; t < (int)blockDim.x; t++) run += part[t];
+        const unsigned long long seed = ((unsigned long long)seed_hi << 32) | seed_lo;
+        const float target = uniform01(seed, pos[0]) * run;
+        float acc = 0.0f;
+        int who = -1;
+        for (int t = 0; t < (int)blockDim.x; t++) {
+            if (part[t] > 0.0f) who = t;  // the last with mass, should rounding pass them all
+            if (part[t] > 0.0f && acc + part[t] > target) break;
+            acc += part[t];
+        }
+        owner = who;
+        red[0] = target - acc;  // what is left of u in the owner's chunk
+    }
+    __syncthreads();
+    if ((int)threadIdx.x == owner) {
+        const float left = red[0];
+        float acc = 0.0f;
+        int tok = -1;
+        for (int i = i0; i < i1; i++) {
+            const float w = SAMPLE_W(logits[i]);
+            if (!(w >= cut && w > 0.0f)) continue;
+            tok = i;
+            acc += w;
+            if (acc > left) break;
+        }
+        ids[0] = tok;
+        ring[slot] = tok;
+        pos[0] += 1;
+    }
+    if (owner < 0 && threadIdx.x == 0) {  // every logit NaN or infinite
+        ids[0] = 0;
+        ring[slot] = 0;
+        pos[0] += 1;
+    }
+#undef SAMPLE_W
+}
