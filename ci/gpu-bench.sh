@@ -84,6 +84,25 @@ stage steps 40 "$PY" tools/bench/step_profile.py --preset host-bound --device we
 
 # --- the host's own CPU, last, in what time is left: many cores with AVX-512 on the
 # lent H100's host (16 cores, cpu-avx512), which no CI machine has (ci/host-cpu.sh)
+# issue 48: launches and host ms a decode step per provider (the 30-layer model above),
+# Vulkan's float16 cache against cpu-reference's bit for bit, CUDA with 64 streams
+# against one (the 2B-4T shape, 8 layers: tok/s of the batched step against decode)
+if [ -n "$M" ]; then
+  for name in "${GPUS[@]}"; do
+    stage launches 25 "$PY" -m bitnet_core bench -m "$M" --device "$name" -p 64 -n 16 \
+      --warmup 1 --profile --json --no-progress
+  done
+fi
+stage kv-diff 40 "$PY" ci/gpu_kv_diff.py --device vulkan --kv-type float16 --layers 4 \
+  --prompt 11 --json "$RES/kv-diff.json"
+for g in "${GPUS[@]}"; do
+  if [ "$g" = cuda ]; then
+    stage streams 120 "$PY" ci/gpu_kv_diff.py --make-2b4t /tmp/bitnet-2b4t-8l.gguf --layers 8 \
+      && stage streams 120 "$PY" tools/bench/batched_step.py --model /tmp/bitnet-2b4t-8l.gguf \
+        --device cuda --streams 64 --steps 8 --rounds 2 --context 64 --no-probe
+  fi
+done
+
 left=$((DEADLINE - $(date +%s) - 10))
 if [ "$left" -ge 30 ]; then
   PY="$PY" BITNET_HOST_BUDGET="$left" bash ci/host-cpu.sh "$OUTDIR/host-cpu" "$RES/host-cpu" \

@@ -76,7 +76,7 @@ def test_gpu_bench_ends_inside_its_budget_with_every_stage_accounted_for(tmp_pat
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = (tmp_path / "summary.txt").read_text()
     assert "GPU providers:" in summary
-    for stage in ("smoke-vulkan", "cuda", "vulkan", "opencl", "steps", "host-cpu"):
+    for stage in ("smoke-vulkan", "cuda", "vulkan", "opencl", "steps", "kv-diff", "host-cpu"):
         assert f"\n{stage}: " in "\n" + summary, summary
     assert "PROVIDER" in (tmp_path / "setup.log").read_text()  # `bitnet devices` ran
     with tarfile.open(tmp_path / "results.tgz") as tar:
@@ -102,3 +102,28 @@ def test_host_cpu_ends_inside_its_budget_with_every_stage_accounted_for(tmp_path
         assert f"\n{stage}: " in "\n" + summary, summary
     assert (out / "lscpu.txt").exists() and res.is_dir()
     assert elapsed < 20 + 60  # the budget, setup and the last stage's grace
+
+
+def test_kv_diff_finds_the_first_differing_row_and_runs_on_lavapipe(tmp_path):
+    """ci/gpu_kv_diff.py (gpu-bench's float16-cache question): a planted one-ulp change in
+    row 5 is reported as such; on lavapipe the whole comparison runs, every row compared."""
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location("gpu_kv_diff", ROOT / "ci" / "gpu_kv_diff.py")
+    kvd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kvd)
+    a = np.random.default_rng(0).standard_normal((9, 2, 8)).astype(np.float16)
+    b = a.copy()
+    b.view(np.uint16)[5, 1, 3] += 1
+    assert kvd.diff_rows(a, a, 9) == {
+        "rows_differing": 0, "first_row": None, "max_ulp": 0, "max_rel": 0.0
+    }  # fmt: skip
+    got = kvd.diff_rows(a, b, 9)
+    assert got["rows_differing"] == 1 and got["first_row"] == 5 and got["max_ulp"] == 1
+    _lavapipe()
+    out = tmp_path / "kv.json"
+    assert (
+        kvd.main(["--device", "vulkan", "--layers", "2", "--prompt", "6", "--json", str(out)]) == 0
+    )
+    result = json.loads(out.read_text())
+    assert [r["layer"] for r in result["layers"]] == [0, 1] and result["kv_type"] == "float16"

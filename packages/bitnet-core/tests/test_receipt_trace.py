@@ -160,9 +160,11 @@ def test_bench_profile_reports_per_step_figures(model_file, capsys, clean_regist
     assert prof["decode_steps"] == 3
     assert prof["wall_ms_per_step"] > 0 and prof["host_ms_per_step"] >= 0
     assert prof["submissions_per_step"] in (0.0, 1.0)  # fused CPU: one native call a step
+    assert prof["launches_per_step"] > 1  # the kernels of a decode step, each counted
     assert main([*argv, "--device", device, "--profile"]) == 0
     out = capsys.readouterr().out
     assert "decode step: host " in out and " wall " in out and "submissions " in out
+    assert " launches " in out
     assert main([*argv, "--device", device, "--json"]) == 0
     assert "profile" not in json.loads(capsys.readouterr().out)
 

@@ -71,6 +71,7 @@ GRAPH_LAUNCHES = 20
 def graph_seconds(cp, launch, repeat: int, launches: int = GRAPH_LAUNCHES) -> float:
     """Median seconds of one ``launch()`` over ``repeat`` replays of a CUDA graph holding
     ``launches`` of them back to back (the first call, uncaptured, loads the module)."""
+    cp.cuda.Stream.null.synchronize()  # inputs made on the legacy stream: this one skips it
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         launch()

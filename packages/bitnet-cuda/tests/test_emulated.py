@@ -6,8 +6,9 @@ by ``cuda_emulator.EmulatedCuPy``, which compiles ``bitnet_kernels.cu`` as C++
 and runs each launch with every CUDA thread a fiber, blocks and warps
 synchronized as on the GPU (``cuda_emulator/cuda_emu.h``). So the kernels'
 logic is checked against the numpy reference (the conformance kit, its
-small cases) and a whole model against the CPU engine; what only a GPU shows
-(speed, the compiled PTX, concurrency between blocks) is left to
+small cases) and a whole model against the CPU engine, with blocks, warps and
+lanes in a seeded random order (``test_emulator_races.py``); what only a GPU
+shows (speed, the compiled PTX, the memory model) is left to
 ``test_conformance.py`` on a machine that has one.
 
 Whole models run through both engines: the generic one (provider ops) and

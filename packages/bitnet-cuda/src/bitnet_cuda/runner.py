@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +57,7 @@ from .provider import CudaProvider, CudaTernary, HalfTable, device_address
 
 NORM_THREADS = 256  # the provider's rmsnorm/quantize_act blocks: same sums, same rounding
 COMBINE_THREADS = 256  # kernels' COMBINE_BLOCK (>= MAX_D: a thread an output of a head)
-ATTN_THREADS = 128  # attn_split: 4 warps
+ATTN_THREADS = 128  # attn_split: 4 warps (its kernels' ATTN_BLOCK, the launch bound)
 ROPE_THREADS = 64
 MAX_D = 256  # kernels' MAXD: head_dim limit of attn_split
 MAX_PARTS = 4096  # kernels' MAX_PARTS: heads x splits
@@ -76,6 +76,25 @@ def padded_cols(k: int) -> int:
 def split_count(capacity: int, heads: int, keys_per_split: int) -> int:
     """Key splits of the decode attention over a cache of ``capacity`` (at most MAX_SPLITS)."""
     return max(1, min(MAX_SPLITS, capacity // keys_per_split, MAX_PARTS // heads))
+
+
+@dataclass(frozen=True)
+class DeviceSampling:
+    """``sample_next``'s settings (the host's SamplingParams without penalties): a graph a
+    setting, so the values are baked into it."""
+
+    temperature: float
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int = 0
+
+    def args(self) -> tuple[Any, ...]:
+        seed = self.seed & 0xFFFFFFFFFFFFFFFF
+        return (
+            np.float32(1.0 / self.temperature), np.int32(self.top_k), np.float32(self.top_p),
+            np.float32(self.min_p), np.uint32(seed & 0xFFFFFFFF), np.uint32(seed >> 32),
+        )  # fmt: skip
 
 
 @dataclass(eq=False)
@@ -98,21 +117,39 @@ def fuse_ternary(cp: Any, parts: list[CudaTernary]) -> FusedTernary:
     return FusedTernary(words, scales, row)
 
 
+def host_array(cp: Any, shape: tuple[int, ...], dtype: Any, pinned: bool) -> np.ndarray:
+    """A host array for copies to and from the device: page-locked where ``pinned`` (the
+    copy is a DMA, no staging through a bounce buffer), else an ordinary one."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape))
+    if not pinned:
+        return np.zeros(shape, dtype)
+    mem = cp.cuda.alloc_pinned_memory(max(1, count * dtype.itemsize))
+    return np.frombuffer(mem, dtype, count).reshape(shape)
+
+
 class StepBuffers:
     """Every array a forward pass of ``t`` tokens writes (kept for decode: fixed addresses).
 
     ``seqs``: a batched decode step, token ``j`` of sequence ``j``: a position and a
     K and V cache address per sequence and layer (``kv_addresses``), and split-attention
-    parts per sequence.
+    parts per sequence. The ids and positions are one device array (``io``: one copy a
+    step) written from ``host_io``; ``pinned`` (the decode steps' buffers, kept) makes
+    ``host_io`` and ``host_logits`` page-locked.
     """
 
-    def __init__(self, cp: Any, cfg: Any, t: int, head_rows: int, seqs: bool = False) -> None:
+    def __init__(
+        self, cp: Any, cfg: Any, t: int, head_rows: int, seqs: bool = False, pinned: bool = False
+    ) -> None:
         hidden, qdim = cfg.hidden_size, cfg.num_heads * cfg.head_dim
         qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim
         f = cfg.intermediate_size
         self.t = t
-        self.ids = cp.zeros((t,), dtype=np.int32)
-        self.pos = cp.zeros((t if seqs else 1,), dtype=np.int32)
+        npos = t if seqs else 1
+        self.io = cp.zeros((t + npos,), dtype=np.int32)
+        self.ids, self.pos = self.io[:t], self.io[t:]
+        self.host_io = host_array(cp, (t + npos,), np.int32, pinned)
+        self.host_logits = host_array(cp, (head_rows, cfg.vocab_size), np.float32, pinned)
         self.x = cp.zeros((t, hidden), dtype=np.float32)
         self.xq = cp.zeros((t, padded_cols(hidden)), dtype=np.int8)  # norm(x), int8
         self.qkv = cp.zeros((t, qkv), dtype=np.float32)
@@ -129,13 +166,14 @@ class StepBuffers:
         self.logits = cp.zeros((head_rows, cfg.vocab_size), dtype=np.float32)
         if seqs:  # [layer, K or V, sequence]
             self.kv_addresses = cp.zeros((cfg.num_layers, 2, t), dtype=np.uint64)
+        # attn_combine_norm_quant's count of merged heads a sequence (set to 0 by the
+        # step's first kernel, embed_*)
+        self.done = cp.zeros((t,), dtype=np.int32)
         if t == 1 or seqs:  # the decode attention's per-split results
             parts = t * cfg.num_heads * min(MAX_SPLITS, MAX_PARTS // cfg.num_heads)
             self.part_m = cp.zeros((parts,), dtype=np.float32)
             self.part_l = cp.zeros((parts,), dtype=np.float32)
             self.part_acc = cp.zeros((parts * cfg.head_dim,), dtype=np.float32)
-            # attn_combine_norm_quant's count of merged heads a sequence (0 between steps)
-            self.done = cp.zeros((t,), dtype=np.int32)
 
 
 class CudaRunner(GenericRunner):
@@ -155,6 +193,10 @@ class CudaRunner(GenericRunner):
         self._warm: set[tuple[Any, ...]] = set()  # layouts whose step ran once without a graph
         self._decode_bufs: StepBuffers | None = None
         self._batch_bufs: dict[int, StepBuffers] = {}  # batched decode steps, by batch size
+        # the last decode step's cache arrays (its K and V lists) and graph key
+        self._key_memo: tuple[Any, Any, tuple[Any, ...]] | None = None
+        self._graph_kernels: dict[tuple[Any, ...], int] = {}  # kernels of each graph
+        self._rings: dict[int, tuple[Any, np.ndarray]] = {}  # decode_greedy's, by k
         if not self.fused:
             return
         self.cp = provider.cp
@@ -174,6 +216,13 @@ class CudaRunner(GenericRunner):
             i32(cfg.num_heads), i32(cfg.num_kv_heads), i32(cfg.head_dim), i32(cfg.rot_dim),
             i32(0 if cfg.rope_style == "neox" else 1), np.float32(math.log2(cfg.rope_theta)),
         )  # fmt: skip
+        self._wait_for_uploads()
+
+    def _wait_for_uploads(self) -> None:
+        """The weights were uploaded and stacked (q|k|v, gate|up) on the legacy default
+        stream; the runner's stream is non_blocking, so it does not wait for that one:
+        without this its first step could read weights still being copied."""
+        self.cp.cuda.Stream.null.synchronize()
 
     # --- the forward pass -------------------------------------------------------------
     def forward(self, token_ids: Any, cache: Sequence, all_logits: bool = False) -> np.ndarray:
@@ -195,22 +244,101 @@ class CudaRunner(GenericRunner):
             b = StepBuffers(self.cp, self.config, t, t if all_logits else 1)
             self._set_inputs(b, ids, start)
             self._launch_step(b, self._prefill_attention(b, cache, start))
-            logits = self._download(b.logits)
+            logits = self._download(b)
         cache.advance(t)
         return logits if all_logits else logits[-1]
 
     def _decode(self, ids: np.ndarray, cache: Sequence, start: int) -> np.ndarray:
         if self._decode_bufs is None:
-            self._decode_bufs = StepBuffers(self.cp, self.config, 1, 1)
+            self._decode_bufs = StepBuffers(self.cp, self.config, 1, 1, pinned=True)
         b = self._decode_bufs
         self._set_inputs(b, ids, start)
+        splits = split_count(int(cache.k[0].shape[0]), self.config.num_heads, self.keys_per_split)
+        self._run_step(self._decode_key(cache, splits), b, self._decode_attention(b, cache, splits))
+        return self._download(b)
+
+    def _decode_key(self, cache: Sequence, splits: int) -> tuple[Any, ...]:
+        """A decode step's graph key: its cache arrays' addresses. Kept while the sequence
+        keeps its arrays (``cache.k`` is a new list when they change; the memo holds the
+        list, so the identity test is exact): 2 x layers address reads a step saved."""
+        memo = self._key_memo
+        if memo is not None and memo[0] is cache.k and memo[1] is cache.v:
+            return memo[2]
         key = tuple(
             (device_address(k), device_address(v)) for k, v in zip(cache.k, cache.v, strict=True)
         )
-        splits = split_count(int(cache.k[0].shape[0]), self.config.num_heads, self.keys_per_split)
         key += (tuple(cache.k[0].shape), str(cache.k[0].dtype), splits)
-        self._run_step(key, b, self._decode_attention(b, cache, splits))
-        return self._download(b.logits)
+        self._key_memo = (cache.k, cache.v, key)
+        return key
+
+    # --- greedy decoding with the token on the device -----------------------------------
+    def decode_greedy(
+        self,
+        token: int,
+        cache: Sequence,
+        k: int,
+        eos: Collection[int] = (),
+        sampling: DeviceSampling | None = None,
+    ) -> list[int]:
+        """The ``k`` greedy tokens after ``token`` (at ``cache.length``) in one graph launch:
+        each step's argmax (``argmax_next``) writes the next step's id and position on the
+        device and a slot of a token ring, read once at the end; ``k`` cache rows are
+        reserved first. The tokens after the first one in ``eos`` are dropped and the cache
+        forgets their rows. No logits reach the host. ``sampling``: draw each token on the
+        device instead (``sample_next``: top-k, temperature, top-p, min-p, seeded by the
+        seed and the position)."""
+        if k <= 0:
+            raise ValueError("decode_greedy: k must be positive")
+        if not self.fused and sampling is None:  # the generic engine: the host loop
+            out = []
+            for _ in range(k):
+                token = int(np.argmax(self.forward([token], cache)))
+                out.append(token)
+                if token in eos:
+                    break
+            return out
+        ids = self._step_ids([token])  # (a clear error for an id outside the vocabulary)
+        with self.cp.cuda.Device(self._provider.device_id), self.stream, self._lock:
+            start = cache.length
+            cache.reserve(start + k)
+            if self._decode_bufs is None:
+                self._decode_bufs = StepBuffers(self.cp, self.config, 1, 1, pinned=True)
+            b = self._decode_bufs
+            ring, host_ring = self._ring(k)
+            self._set_inputs(b, ids, start)
+            capacity = int(cache.k[0].shape[0])
+            splits = split_count(capacity, self.config.num_heads, self.keys_per_split)
+            attend = self._decode_attention(b, cache, splits)
+            vocab = np.int32(self.config.vocab_size)
+            choose = (vocab,) if sampling is None else (vocab, *sampling.args())
+
+            def steps() -> None:
+                for j in range(k):
+                    self._launch_step(b, attend)
+                    args = (b.logits, *choose, b.ids, b.pos, ring, np.int32(j))
+                    name = "argmax_next" if sampling is None else "sample_next"
+                    self._fn[name]((1,), (NORM_THREADS,), args)
+
+            key = ("greedy" if sampling is None else sampling, k, *self._decode_key(cache, splits))
+            self._run_step(key, b, attend, steps)
+            ring.get(stream=self.stream, out=host_ring)
+            self.stream.synchronize()
+            out = [int(t) for t in host_ring]
+            cut = next((i for i, t in enumerate(out) if t in eos), None)
+            if cut is not None:
+                out = out[: cut + 1]
+            cache.advance(len(out))
+            return out
+
+    def _ring(self, k: int) -> tuple[Any, np.ndarray]:
+        """The device token ring of ``k`` slots and its page-locked host copy (kept)."""
+        found = self._rings.get(k)
+        if found is None:
+            found = self._rings[k] = (
+                self.cp.zeros((k,), dtype=np.int32),
+                host_array(self.cp, (k,), np.int32, pinned=True),
+            )
+        return found
 
     # --- a batched decode step ----------------------------------------------------------
     def forward_batch(self, items: Any) -> np.ndarray:
@@ -232,11 +360,11 @@ class CudaRunner(GenericRunner):
         cp, n = self.cp, len(items)
         b = self._batch_bufs.get(n)
         if b is None:
-            b = self._batch_bufs[n] = StepBuffers(cp, self.config, n, n, seqs=True)
+            b = self._batch_bufs[n] = StepBuffers(cp, self.config, n, n, seqs=True, pinned=True)
         caches = [cache for _, cache in items]
-        ids = np.array([int(ids[0]) for ids, _ in items], dtype=np.int32)
-        b.ids.set(ids, stream=self.stream)
-        b.pos.set(np.array([c.length for c in caches], dtype=np.int32), stream=self.stream)
+        b.host_io[:n] = [int(ids[0]) for ids, _ in items]
+        b.host_io[n:] = [c.length for c in caches]
+        b.io.set(b.host_io, stream=self.stream)
         addresses = [
             [[device_address(c.k[i]) for c in caches], [device_address(c.v[i]) for c in caches]]
             for i in range(self.config.num_layers)
@@ -248,29 +376,40 @@ class CudaRunner(GenericRunner):
         # the caches are data (their addresses in b.kv_addresses): one graph a batch size
         key = ("seqs", n, splits, str(dtype))
         self._run_step(key, b, self._batch_attention(b, splits, dtype == np.float16))
-        return self._download(b.logits)
+        return self._download(b)
 
     def _set_inputs(self, b: StepBuffers, ids: np.ndarray, start: int) -> None:
-        b.ids.set(np.ascontiguousarray(ids, dtype=np.int32), stream=self.stream)
-        b.pos.set(np.array([start], dtype=np.int32), stream=self.stream)
+        b.host_io[: b.t] = ids
+        b.host_io[b.t] = start
+        b.io.set(b.host_io, stream=self.stream)
 
-    def _download(self, logits: Any) -> np.ndarray:
-        out = logits.get(stream=self.stream)
+    def _download(self, b: StepBuffers) -> np.ndarray:
+        """The step's logits, through ``b.host_logits`` (the caller gets its own copy: the
+        buffer is the next step's too)."""
+        b.logits.get(stream=self.stream, out=b.host_logits)
         self.stream.synchronize()
-        return np.asarray(out, dtype=np.float32)
+        return b.host_logits.copy()
 
     # --- CUDA graphs ------------------------------------------------------------------
-    def _run_step(self, key: tuple[Any, ...], b: StepBuffers, attend: Attend) -> None:
-        """A decode step: its captured graph for ``key`` (captured on first use), or the
-        kernels launched as they are."""
-        graph = self._graph(key, b, attend) if self.use_graphs else None
+    def _run_step(
+        self,
+        key: tuple[Any, ...],
+        b: StepBuffers,
+        attend: Attend,
+        launch: Callable[[], None] | None = None,
+    ) -> None:
+        """A decode step (or ``launch``: several, decode_greedy's): its captured graph for
+        ``key`` (captured on first use), or the kernels launched as they are."""
+        launch = launch or (lambda: self._launch_step(b, attend))
+        graph = self._graph(key, launch) if self.use_graphs else None
         if graph is not None:
             graph.launch(self.stream)
             self._provider.trace.submit()
+            self._provider.trace.launched(self._graph_kernels[key])
         else:
-            self._launch_step(b, attend)
+            launch()
 
-    def _graph(self, key: tuple[Any, ...], b: StepBuffers, attend: Attend) -> Any:
+    def _graph(self, key: tuple[Any, ...], launch: Callable[[], None]) -> Any:
         """The captured step for ``key``, or None (its first step runs uncaptured)."""
         graph = self._graphs.get(key)
         if graph is not None:
@@ -282,11 +421,12 @@ class CudaRunner(GenericRunner):
             self._warm.add(key)
             return None
         trace = self._provider.trace
-        submitted = trace.submissions  # a capture records the kernels, submits nothing
+        # a capture records the kernels: it submits and runs nothing
+        submitted, launched = trace.submissions, trace.launches
         try:
             self.stream.begin_capture()
             try:
-                self._launch_step(b, attend)
+                launch()
             finally:
                 graph = self.stream.end_capture()
         except Exception as exc:  # a driver or CuPy without capture: run the kernels as they are
@@ -294,10 +434,14 @@ class CudaRunner(GenericRunner):
             trace.fallback(f"cuda: CUDA graph capture failed ({exc}); decoding without graphs")
             return None
         finally:
-            trace.submissions = submitted
+            captured = trace.launches - launched
+            trace.submissions, trace.launches = submitted, launched
         self._graphs[key] = graph
+        self._graph_kernels[key] = captured
         if len(self._graphs) > MAX_GRAPHS:
-            self._warm.discard(self._graphs.popitem(last=False)[0])
+            dropped = self._graphs.popitem(last=False)[0]
+            self._warm.discard(dropped)
+            self._graph_kernels.pop(dropped, None)
         return graph
 
     # --- the kernels of one forward pass ------------------------------------------------
@@ -307,9 +451,9 @@ class CudaRunner(GenericRunner):
         cfg, fn, i32, f32 = self.config, self._fn, np.int32, np.float32
         t, hidden, eps = b.t, cfg.hidden_size, f32(cfg.rms_norm_eps)
         f = cfg.intermediate_size
-        fn[f"embed_{self._emb_kind}"](
-            (t,), (NORM_THREADS,), (self._emb, b.ids, b.x, i32(hidden), i32(self._emb_stride))
-        )
+        vocab, done = i32(self._emb.shape[0]), (b.done, i32(b.done.shape[0]))
+        embed_args = (self._emb, b.ids, b.x, i32(hidden), i32(self._emb_stride), vocab, *done)
+        fn[f"embed_{self._emb_kind}"]((t,), (NORM_THREADS,), embed_args)
         for i, lw in enumerate(self.layers):
             self._norm_quant(b.x, lw.attn_norm, b.xq, b.xs, b.xsum, t, hidden, eps)
             self._matmul(lw.qkv, b.xq, b.xs, b.xsum, b.qkv, t, add=False)
@@ -432,4 +576,6 @@ _KERNELS = (
     "attn_split_seqs",
     "attn_split_seqs_f16",
     "attn_combine_norm_quant",
+    "argmax_next",
+    "sample_next",
 )

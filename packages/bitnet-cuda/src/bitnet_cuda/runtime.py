@@ -66,6 +66,7 @@ class _Traced:
     def __call__(self, grid: Any, block: Any, args: Any) -> None:
         self.trace.kernel(self.name)
         self.trace.submit()
+        self.trace.launched()
         self.fn(grid, block, args)
 
 

@@ -6,9 +6,9 @@ from typing import Any
 
 from bitnet_cuda.provider import CudaProvider
 
-from .cupy_emulator import EmulatedCuPy, missing
+from .cupy_emulator import SEEDS, EmulatedCuPy, StreamRace, missing
 
-__all__ = ["EmulatedCudaProvider", "missing"]
+__all__ = ["SEEDS", "EmulatedCudaProvider", "StreamRace", "missing"]
 
 
 class EmulatedCudaProvider(CudaProvider):

@@ -1,17 +1,25 @@
 // A CPU emulator for the CUDA kernels of bitnet_kernels.cu (tests only).
 //
-// The .cu file is compiled as C++ with this header in front. Each launch runs
-// the grid block after block; a block's threads are fibers (ucontext) run by
-// one OS thread, switched at every synchronization point: __syncthreads()
-// waits for every live thread of the block, a warp shuffle for every live lane
-// of the warp (lanes publish their value, wait, read their partner's, wait).
-// A pass in which no thread can move (a barrier some thread never reaches) is
-// reported as an error instead of hanging. __shared__ variables are statics:
-// blocks run one at a time, so a block owns them while it runs.
+// The .cu file is compiled as C++ with this header in front (cupy_emulator.py first
+// rewrites each `__shared__ T name[N];` into a reference to the running block's own
+// copy: bitnet_emu::block_shared). A block's threads are fibers (ucontext) run by one OS
+// thread, switched at every synchronization point: __syncthreads() waits for every live
+// thread of the block, a warp shuffle for every live lane of the warp (lanes publish
+// their value, wait, read their partner's, wait). A pass in which no thread can move (a
+// barrier some thread never reaches) is reported as an error instead of hanging.
 //
-// What this checks: the kernels' indexing, packing, reductions and launch
-// geometry against the numpy reference. What it cannot: GPU timing, memory
-// ordering between concurrently running blocks, the compiler's PTX.
+// What only a GPU used to show, shown here from a seed (bitnet_emu::set_seed, printed
+// with every error): up to four blocks of a grid are resident at once, dispatched in a
+// random order and interleaved at every barrier; between barriers a block's warps run in
+// a random order (some epochs one warp runs ahead until it blocks, so a warp can reach
+// the next barrier's writes before another has done its reads), and a warp's lanes
+// resume in a random order. So a missing __syncthreads(), a race between blocks or an
+// assumption about block order gives wrong results here too. Shared memory starts as
+// 0xff bytes (NaN), as garbage does on a GPU.
+//
+// What this checks: the kernels' indexing, packing, reductions, barriers and launch
+// geometry against the numpy reference. What it cannot: GPU timing, the memory model's
+// reorderings within a thread (fences are no-ops: one OS thread), the compiler's PTX.
 #pragma once
 #define BITNET_CUDA_EMULATOR 1  // the kernels' hook for what has no C++ spelling (inline PTX)
 // fibers switch with _setjmp/_longjmp between stacks, which fortified longjmp rejects
@@ -35,14 +43,13 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(threads)
-#define __shared__ static
 #define __restrict__ __restrict
 
 using std::max;
 using std::min;
 
-// Blocks run one at a time (and a block's threads are fibers of one OS thread): memory
-// is coherent, so fences are no-ops and an atomic is a plain read-modify-write.
+// One OS thread runs every fiber of every resident block and switches only at barriers:
+// memory is coherent, so fences are no-ops and an atomic is a plain read-modify-write.
 inline void __threadfence() {}
 inline int atomicAdd(int *p, int v) {
     const int old = *p;
@@ -81,6 +88,9 @@ namespace bitnet_emu {
 enum class Wait { none, block, warp, done };
 
 constexpr std::size_t kStack = 64 * 1024;
+constexpr unsigned kResident = 4;  // blocks of a grid running at once
+
+struct Block;
 
 struct Fiber {
     ucontext_t start;  // used once per launch, to enter the fiber's stack
@@ -91,17 +101,49 @@ struct Fiber {
     dim3 tid;
     unsigned lane = 0, warp = 0;
     Wait wait = Wait::none;
+    Block *blk = nullptr;
 };
 
-struct Grid {
-    dim3 grid, block, block_idx;
+// A resident block: its threads, their shuffle and mma staging, its shared memory.
+struct Block {
+    dim3 idx;
+    bool active = false;
     std::vector<Fiber> fibers;
     std::vector<uint32_t> slots;  // two 32-bit values per thread, for shuffles
     std::vector<uint32_t> mma;    // six per thread: one mma.sync's A and B registers
+    std::vector<std::vector<unsigned char>> shared;  // by declaration (block_shared)
+    std::vector<unsigned> warp_order;  // this epoch's warp priorities (ahead mode)
+    // threads in each state: runnable (wait none) and at a warp barrier by warp, at the
+    // block barrier and done in all
+    std::vector<unsigned> ready, at_warp, done_in;
+    unsigned runnable = 0, at_block = 0, done = 0;
+    bool ahead = false;                // this epoch: the first warp able to run, runs
+};
+
+// splitmix64: the seeded choices of one launch
+struct Rng {
+    uint64_t s = 0;
+    uint64_t next() {
+        uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    }
+    unsigned below(unsigned n) { return static_cast<unsigned>(next() % n); }
+    template <class T>
+    void shuffle(std::vector<T> &v) {
+        for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[below(static_cast<unsigned>(i))]);
+    }
+};
+
+struct Grid {
+    dim3 grid, block;
+    std::vector<Block> blocks;
     jmp_buf scheduler;
     Fiber *current = nullptr;
     void (*body)(void *) = nullptr;
     void *body_arg = nullptr;
+    Rng rng;
 };
 
 inline Grid *&grid_state() {
@@ -109,28 +151,63 @@ inline Grid *&grid_state() {
     return g;
 }
 
-// fiber stacks, kept from launch to launch (1024 threads at most)
+inline uint64_t &seed() {
+    static uint64_t s = 1;
+    return s;
+}
+// the seed of the next launch's choices (cupy_emulator.py sets one per launch)
+inline void set_seed(uint64_t s) { seed() = s; }
+
+// fiber stacks, kept from launch to launch
 inline char *stack_for(unsigned i) {
     static std::vector<std::unique_ptr<char[]>> stacks;
     while (stacks.size() <= i) stacks.emplace_back(new char[kStack]);
     return stacks[i].get();
 }
 
+// The running block's copy of the __shared__ variable declared at `site`.
+template <class T>
+T &block_shared(unsigned site) {
+    Block &b = *grid_state()->current->blk;
+    if (b.shared.size() <= site) b.shared.resize(site + 1);
+    auto &mem = b.shared[site];
+    if (mem.empty()) mem.assign(sizeof(T) + 16, 0xff);
+    void *p = mem.data();
+    std::size_t room = mem.size();
+    return *static_cast<T *>(std::align(16, sizeof(T), p, room));
+}
+
+// every change of a thread's state goes through here (the block's counts)
+inline void set_wait(Fiber &f, Wait w) {
+    Block &b = *f.blk;
+    auto count = [&](Wait s, int d) {
+        switch (s) {
+            case Wait::none: b.ready[f.warp] += d, b.runnable += d; break;
+            case Wait::warp: b.at_warp[f.warp] += d; break;
+            case Wait::block: b.at_block += d; break;
+            case Wait::done: b.done_in[f.warp] += d, b.done += d; break;
+        }
+    };
+    count(f.wait, -1);
+    count(w, 1);
+    f.wait = w;
+}
+
 inline void yield(Wait w) {
     Grid &g = *grid_state();
     Fiber *f = g.current;
-    f->wait = w;
+    set_wait(*f, w);
     if (!_setjmp(f->jb)) _longjmp(g.scheduler, 1);
 }
 
-// A fiber runs the kernel body once per block of its launch: after each block it waits
+// A fiber runs the kernel body once per block it is given: after each block it waits
 // (done) until the scheduler resumes it for the next one, so its context is made once.
 inline void fiber_main() {
     Grid &g = *grid_state();
     for (;;) {
         g.body(g.body_arg);
         Fiber *f = g.current;
-        f->wait = Wait::done;
+        set_wait(*f, Wait::done);
         if (!_setjmp(f->jb)) _longjmp(g.scheduler, 1);
     }
 }
@@ -145,6 +222,67 @@ inline void resume(Grid &g, Fiber &f) {
     swapcontext(&here, &f.start);  // never resumed: the fiber comes back by _longjmp
 }
 
+// a new epoch of block b (its start, or a __syncthreads released): fresh warp priorities
+inline void new_epoch(Grid &g, Block &b) {
+    b.ahead = g.rng.below(2) == 0;
+    g.rng.shuffle(b.warp_order);
+}
+
+inline void start_block(Grid &g, Block &b, unsigned linear) {
+    b.idx = {linear % g.grid.x, (linear / g.grid.x) % g.grid.y, linear / (g.grid.x * g.grid.y)};
+    b.active = true;
+    const unsigned n = static_cast<unsigned>(b.fibers.size());
+    for (auto &f : b.fibers) f.wait = Wait::none, f.shuffles = 0;
+    b.ready.assign(n / 32, 32);
+    b.at_warp.assign(n / 32, 0);
+    b.done_in.assign(n / 32, 0);
+    b.runnable = n, b.at_block = 0, b.done = 0;
+    for (auto &m : b.shared) std::fill(m.begin(), m.end(), 0xff);
+    new_epoch(g, b);
+}
+
+// release the barriers of b that every live participant has reached
+inline void release(Grid &g, Block &b) {
+    const unsigned n = static_cast<unsigned>(b.fibers.size());
+    if (b.at_block && b.at_block + b.done == n) {
+        for (auto &f : b.fibers)
+            if (f.wait == Wait::block) set_wait(f, Wait::none);
+        new_epoch(g, b);
+    }
+    for (unsigned w = 0; w < n / 32; ++w)
+        if (b.at_warp[w] && b.at_warp[w] + b.done_in[w] == 32)
+            for (unsigned l = 0; l < 32; ++l)
+                if (b.fibers[w * 32 + l].wait == Wait::warp) set_wait(b.fibers[w * 32 + l], Wait::none);
+}
+
+inline bool runnable(const Block &b, unsigned w) { return b.ready[w] > 0; }
+
+// one step of block b: one of its warps (chosen by the epoch's mode) resumes each of its
+// runnable lanes once, in a random order
+inline void step(Grid &g, Block &b) {
+    const unsigned warps = static_cast<unsigned>(b.fibers.size() / 32);
+    unsigned w = warps;
+    if (b.ahead) {
+        for (unsigned c : b.warp_order)
+            if (runnable(b, c)) {
+                w = c;
+                break;
+            }
+    } else {
+        unsigned ready[32], count = 0;  // (32 warps at most)
+        for (unsigned c = 0; c < warps; ++c)
+            if (runnable(b, c)) ready[count++] = c;
+        w = ready[g.rng.below(count)];
+    }
+    unsigned lanes[32], count = 0;
+    for (unsigned l = 0; l < 32; ++l)
+        if (b.fibers[w * 32 + l].wait == Wait::none) lanes[count++] = l;
+    for (unsigned i = count; i > 1; --i) std::swap(lanes[i - 1], lanes[g.rng.below(i)]);
+    for (unsigned i = 0; i < count; ++i) resume(g, b.fibers[w * 32 + lanes[i]]);
+}
+
+inline std::string seed_note() { return " (emulator seed " + std::to_string(seed()) + ")"; }
+
 // Runs body() as every thread of every block; throws when the threads deadlock.
 inline void run_grid(const unsigned *grid, const unsigned *block, void (*body)(void *), void *arg) {
     Grid g;
@@ -152,67 +290,63 @@ inline void run_grid(const unsigned *grid, const unsigned *block, void (*body)(v
     g.block = {block[0], block[1], block[2]};
     g.body = body;
     g.body_arg = arg;
+    g.rng.s = seed();
     const unsigned n = g.block.x * g.block.y * g.block.z;
     if (n == 0 || n > 1024 || n % 32) throw std::runtime_error("emulator: block size must be 32..1024, a multiple of 32");
-    g.fibers.resize(n);
-    g.slots.assign(2 * n, 0);
-    g.mma.assign(6 * n, 0);
-    for (unsigned i = 0; i < n; ++i) {
-        Fiber &f = g.fibers[i];
-        f.stack = stack_for(i);
-        f.tid = {i % g.block.x, (i / g.block.x) % g.block.y, i / (g.block.x * g.block.y)};
-        f.lane = i % 32;
-        f.warp = i / 32;
-        getcontext(&f.start);  // (system calls: once per launch, not per block)
-        f.start.uc_stack.ss_sp = f.stack;
-        f.start.uc_stack.ss_size = kStack;
-        f.start.uc_link = nullptr;
-        makecontext(&f.start, fiber_main, 0);
+    const unsigned long long total = 1ull * g.grid.x * g.grid.y * g.grid.z;
+    if (total == 0) throw std::runtime_error("emulator: empty grid");
+    std::vector<unsigned> order(total);  // blocks in the order they are dispatched
+    for (unsigned i = 0; i < total; ++i) order[i] = i;
+    g.rng.shuffle(order);
+    const unsigned resident = static_cast<unsigned>(std::min<unsigned long long>(kResident, total));
+    g.blocks.resize(resident);
+    for (unsigned r = 0; r < resident; ++r) {
+        Block &b = g.blocks[r];
+        b.fibers.resize(n);
+        b.slots.assign(2 * n, 0);
+        b.mma.assign(6 * n, 0);
+        for (unsigned w = 0; w < n / 32; ++w) b.warp_order.push_back(w);
+        for (unsigned i = 0; i < n; ++i) {
+            Fiber &f = b.fibers[i];
+            f.blk = &b;
+            f.stack = stack_for(r * n + i);
+            f.tid = {i % g.block.x, (i / g.block.x) % g.block.y, i / (g.block.x * g.block.y)};
+            f.lane = i % 32;
+            f.warp = i / 32;
+            getcontext(&f.start);  // (system calls: once per launch, not per block)
+            f.start.uc_stack.ss_sp = f.stack;
+            f.start.uc_stack.ss_size = kStack;
+            f.start.uc_link = nullptr;
+            makecontext(&f.start, fiber_main, 0);
+        }
     }
     Grid *saved = grid_state();
     grid_state() = &g;
-    for (unsigned bz = 0; bz < g.grid.z; ++bz)
-        for (unsigned by = 0; by < g.grid.y; ++by)
-            for (unsigned bx = 0; bx < g.grid.x; ++bx) {
-                g.block_idx = {bx, by, bz};
-                for (auto &f : g.fibers) f.wait = Wait::none, f.shuffles = 0;
-                for (;;) {
-                    bool moved = false, all_done = true;
-                    for (auto &f : g.fibers) {
-                        if (f.wait != Wait::none) continue;
-                        resume(g, f);
-                        moved = true;
-                    }
-                    // release the barriers every live participant has reached
-                    bool block_ready = true;
-                    for (auto &f : g.fibers) {
-                        if (f.wait != Wait::done) all_done = false;
-                        if (f.wait != Wait::done && f.wait != Wait::block) block_ready = false;
-                    }
-                    if (all_done) break;
-                    bool released = false;
-                    if (block_ready) {
-                        for (auto &f : g.fibers)
-                            if (f.wait == Wait::block) f.wait = Wait::none, released = true;
-                    }
-                    for (unsigned w = 0; w < n / 32; ++w) {
-                        bool ready = true, any = false;
-                        for (unsigned l = 0; l < 32; ++l) {
-                            Wait s = g.fibers[w * 32 + l].wait;
-                            if (s == Wait::warp) any = true;
-                            else if (s != Wait::done) ready = false;
-                        }
-                        if (ready && any)
-                            for (unsigned l = 0; l < 32; ++l)
-                                if (g.fibers[w * 32 + l].wait == Wait::warp)
-                                    g.fibers[w * 32 + l].wait = Wait::none, released = true;
-                    }
-                    if (!moved && !released) {
-                        grid_state() = saved;
-                        throw std::runtime_error("emulator: deadlock (a barrier some live thread never reaches)");
-                    }
-                }
-            }
+    std::size_t next = 0;
+    for (auto &b : g.blocks) start_block(g, b, order[next++]);
+    std::vector<unsigned> ready;
+    for (;;) {
+        ready.clear();
+        bool any_active = false;
+        for (unsigned r = 0; r < resident; ++r) {
+            Block &b = g.blocks[r];
+            if (!b.active) continue;
+            any_active = true;
+            if (b.runnable) ready.push_back(r);
+        }
+        if (!any_active) break;
+        if (ready.empty()) {  // every live thread waits: at a barrier none can release
+            grid_state() = saved;
+            throw std::runtime_error("emulator: deadlock (a barrier some live thread never reaches)" + seed_note());
+        }
+        Block &b = g.blocks[ready[g.rng.below(static_cast<unsigned>(ready.size()))]];
+        step(g, b);
+        release(g, b);
+        if (b.done == n) {
+            b.active = false;
+            if (next < total) start_block(g, b, order[next++]);
+        }
+    }
     grid_state() = saved;
 }
 
@@ -223,13 +357,13 @@ inline void run_grid(const unsigned *grid, const unsigned *block, void (*body)(v
 template <class T>
 T shfl_xor(T v, int offset) {
     static_assert(sizeof(T) == 4, "32-bit shuffles only");
-    Grid &g = *grid_state();
-    Fiber *f = g.current;
-    const std::size_t base = (f->shuffles++ % 2) * g.fibers.size() + f->warp * 32;
-    std::memcpy(&g.slots[base + f->lane], &v, 4);
+    Fiber *f = grid_state()->current;
+    Block &b = *f->blk;
+    const std::size_t base = (f->shuffles++ % 2) * b.fibers.size() + f->warp * 32;
+    std::memcpy(&b.slots[base + f->lane], &v, 4);
     yield(Wait::warp);
     T r;
-    std::memcpy(&r, &g.slots[base + ((f->lane ^ static_cast<unsigned>(offset)) & 31u)], 4);
+    std::memcpy(&r, &b.slots[base + ((f->lane ^ static_cast<unsigned>(offset)) & 31u)], 4);
     return r;
 }
 
@@ -240,9 +374,8 @@ T shfl_xor(T v, int offset) {
 // B (k, col n) in lane n * 4 + (k % 16) / 4, register k >= 16, byte k % 4;
 // D register i of lane l: row l / 4 + 8 (i >= 2), col 2 (l % 4) + i % 2).
 inline void mma_m16n8k32_u8s8(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-    Grid &g = *grid_state();
-    Fiber *f = g.current;
-    uint32_t *warp = &g.mma[f->warp * 32 * 6];
+    Fiber *f = grid_state()->current;
+    uint32_t *warp = &f->blk->mma[f->warp * 32 * 6];
     std::copy(a, a + 4, warp + f->lane * 6);
     std::copy(b, b + 2, warp + f->lane * 6 + 4);
     yield(Wait::warp);
@@ -308,7 +441,7 @@ inline float half_to_float(uint16_t h) {
 }  // namespace bitnet_emu
 
 #define threadIdx (bitnet_emu::grid_state()->current->tid)
-#define blockIdx (bitnet_emu::grid_state()->block_idx)
+#define blockIdx (bitnet_emu::grid_state()->current->blk->idx)
 #define blockDim (bitnet_emu::grid_state()->block)
 #define gridDim (bitnet_emu::grid_state()->grid)
 

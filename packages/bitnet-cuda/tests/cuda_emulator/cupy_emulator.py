@@ -20,6 +20,15 @@ so a captured step that leans on work done outside the graph fails here.
 There are two emulated devices (``BITNET_CUDA_DEVICE`` chooses); the
 current one is kept per thread, as CuPy's.
 
+What only a GPU shows, shown here (``streams.py``, ``cuda_emu.h``): every
+launch gets a seed (``SEEDS``, from ``BITNET_CUDA_EMU_SEED``; reported with
+any error and, by the tests' conftest, with any failure) that orders its
+blocks and threads at random; and work runs synchronously but is checked as
+if streams ran out of order: an array read or written on one stream after
+another stream's write (or written after its read), without a stream order,
+event or host synchronization between them, raises ``StreamRace``. Kernels'
+``const T*`` parameters count as reads, the others as writes.
+
 Everything above the kernels is the real provider; what is emulated is the
 device. Speed means nothing here.
 """
@@ -36,11 +45,16 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+
+from .streams import ORDER, StreamRace, device_arrays
+
+__all__ = ["SEEDS", "EmulatedCuPy", "StreamRace", "missing", "rewrite_shared"]
 
 HERE = Path(__file__).resolve().parent
 CXX = os.environ.get("BITNET_NATIVE_CXX", "g++")
@@ -48,6 +62,73 @@ CXX = os.environ.get("BITNET_NATIVE_CXX", "g++")
 KERNEL_RE = re.compile(
     r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\(\w+\)\s+)?(\w+)\s*\('
 )
+#: a kernel with its launch bounds (or none) and where its parameter list starts
+SIGNATURE_RE = re.compile(
+    r'extern\s+"C"\s+__global__\s+void\s+(?:__launch_bounds__\((\w+)\)\s+)?(\w+)\s*\('
+)
+SHARED_RE = re.compile(r"__shared__\s+([\w:]+)\s+([^;]+);")
+
+
+class Seeds:
+    """One seed a launch, from a base seed and the launch's number: the order of its blocks
+    and threads. ``BITNET_CUDA_EMU_SEED`` sets the base; ``restart`` numbers launches from
+    0 again (the tests' conftest does, per test, so a failure's seed reproduces it)."""
+
+    def __init__(self) -> None:
+        self.base = int(os.environ.get("BITNET_CUDA_EMU_SEED", "1"))
+        self.launches = 0
+
+    def restart(self, base: int | None = None) -> None:
+        self.base = self.base if base is None else base
+        self.launches = 0
+
+    def next(self) -> int:
+        self.launches += 1
+        return zlib.crc32(f"{self.base}:{self.launches}".encode())
+
+    def note(self) -> str:
+        return f"BITNET_CUDA_EMU_SEED={self.base}, {self.launches} launches in this test"
+
+
+SEEDS = Seeds()
+
+
+def rewrite_shared(code: str) -> str:
+    """Each ``__shared__ T a[N], b;`` as references to the running block's own copies
+    (``bitnet_emu::block_shared``), so that blocks can run interleaved."""
+    site = 0
+
+    def one(m: re.Match[str]) -> str:
+        nonlocal site
+        out = []
+        for decl in m.group(2).split(","):
+            name, _, dims = decl.strip().partition("[")
+            dims = f"[{dims}" if dims else ""
+            out.append(
+                f"auto &{name.strip()} = bitnet_emu::block_shared<{m.group(1)}{dims}>({site});"
+            )
+            site += 1
+        return " ".join(out)
+
+    return SHARED_RE.sub(one, code)
+
+
+def _signatures(code: str) -> dict[str, tuple[int | None, list[bool]]]:
+    """Each kernel's launch bound (threads, or None) and, a parameter each, whether it is
+    a pointer the kernel may write (not ``const T*``)."""
+    defines = dict(re.findall(r"#define\s+(\w+)\s+(\d+)", code))
+    out = {}
+    for m in SIGNATURE_RE.finditer(code):
+        bound = m.group(1)
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"(": 1, ")": -1}.get(code[i], 0)
+            i += 1
+        params = [p for p in code[m.end() : i - 1].split(",") if p.strip()]
+        writes = ["*" in p and "const" not in p.split("*")[0] for p in params]
+        limit = None if bound is None else int(defines.get(bound, bound))
+        out[m.group(2)] = (limit, writes)
+    return out
 
 
 def missing() -> str | None:
@@ -64,25 +145,36 @@ class DeviceArray(np.ndarray):
 
     def set(self, arr: np.ndarray, stream: Any = None) -> None:
         _not_capturing("ndarray.set")
+        ORDER.access("ndarray.set", stream, writes=[self])
         arr = np.asarray(arr)
         if arr.shape != self.shape or arr.dtype != self.dtype:
             raise ValueError(f"set: {arr.dtype}{arr.shape} into {self.dtype}{self.shape}")
         np.copyto(self, arr)
 
-    def get(self, stream: Any = None) -> np.ndarray:
+    def get(self, stream: Any = None, out: np.ndarray | None = None) -> np.ndarray:
         _not_capturing("ndarray.get")
-        return np.array(self, copy=True)
+        ORDER.access("ndarray.get", stream, reads=[self])
+        ORDER.host_waits(stream)  # get() synchronizes its stream
+        if out is None:
+            return np.array(self, copy=True)
+        if out.shape != self.shape or out.dtype != self.dtype:
+            raise ValueError(f"get: {self.dtype}{self.shape} into {out.dtype}{out.shape}")
+        np.copyto(out, np.asarray(self))
+        return out
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         _not_capturing(f"numpy.{ufunc.__name__}")
+        outs = list(kwargs.get("out", ()))
+        ORDER.access(f"numpy.{ufunc.__name__}", None, reads=device_arrays(inputs), writes=outs)
         inputs = tuple(np.asarray(a) if isinstance(a, DeviceArray) else a for a in inputs)
         if "out" in kwargs:
             kwargs["out"] = tuple(np.asarray(a) for a in kwargs["out"])
         out = getattr(ufunc, method)(*inputs, **kwargs)
-        return _device(out) if isinstance(out, np.ndarray) else out
+        return _new(out) if isinstance(out, np.ndarray) and not outs else out
 
     def __setitem__(self, key: Any, value: Any) -> None:
         _not_capturing("ndarray.__setitem__")
+        ORDER.access("ndarray.__setitem__", None, reads=device_arrays([value]), writes=[self])
         super().__setitem__(key, value)
 
 
@@ -90,13 +182,22 @@ def _device(a: np.ndarray) -> DeviceArray:
     return a.view(DeviceArray)
 
 
+def _new(a: np.ndarray) -> DeviceArray:
+    """A device array of a CuPy call: if new, written on the current stream."""
+    d = _device(a)
+    ORDER.created(d)
+    return d
+
+
 class _Stream:
     """``cupy.cuda.Stream``: the current stream inside ``with``; can capture a graph."""
 
     _current = threading.local()
+    null: _Stream  # the legacy default stream (set below)
 
-    def __init__(self, non_blocking: bool = False) -> None:
+    def __init__(self, non_blocking: bool = False, null: bool = False) -> None:
         self.non_blocking = non_blocking
+        self.id = ORDER.new_stream(blocking=not non_blocking, legacy=null)
         self._capture: list[tuple[Any, ...]] | None = None
         self._outer: list[_Stream | None] = []
 
@@ -124,6 +225,13 @@ class _Stream:
 
     def synchronize(self) -> None:
         _not_capturing("Stream.synchronize")
+        ORDER.host_waits(self)
+
+    def wait_event(self, event: _Event) -> None:
+        ORDER.wait_event(self, event.clock)
+
+
+_Stream.null = _Stream(null=True)
 
 
 def _current_stream() -> _Stream | None:
@@ -147,6 +255,7 @@ class _Graph:
     def launch(self, stream: Any = None) -> None:
         _not_capturing("Graph.launch")
         for kernel, grid, block, args in self.launches:
+            kernel.ordered(stream, args)
             kernel.run(grid, block, args)
 
 
@@ -155,13 +264,15 @@ class _Event:
 
     def __init__(self) -> None:
         self.time: float | None = None
+        self.clock: dict[int, int] = {}
 
     def record(self, stream: Any = None) -> None:
         _not_capturing("Event.record")
         self.time = time.perf_counter()
+        self.clock = ORDER.clock_of(stream)
 
     def synchronize(self) -> None:
-        pass
+        ORDER.host_waits_for(self.clock)
 
 
 def _elapsed_ms(start: _Event, end: _Event) -> float:
@@ -172,8 +283,13 @@ def _elapsed_ms(start: _Event, end: _Event) -> float:
 
 
 class _Kernel:
-    def __init__(self, lib: ctypes.CDLL, name: str) -> None:
+    def __init__(
+        self, lib: ctypes.CDLL, name: str, signature: tuple[int | None, list[bool]]
+    ) -> None:
         self.name = name
+        self.bound, self.writes = signature
+        self._seed = lib.emu_set_seed
+        self._seed.argtypes = [ctypes.c_uint64]
         self._fn = getattr(lib, f"emu_launch_{name}")
         self._fn.restype = ctypes.c_char_p
         self._fn.argtypes = [
@@ -189,7 +305,16 @@ class _Kernel:
         if stream is not None and stream._capture is not None:
             stream._capture.append((self, tuple(grid), tuple(block), tuple(args)))
         else:
+            self.ordered(stream, args)
             self.run(grid, block, args)
+
+    def ordered(self, stream: Any, args: tuple[Any, ...]) -> None:
+        """Check the launch's arrays against other streams' work (``streams.ORDER``)."""
+        arrays = [
+            (a, w) for a, w in zip(args, self.writes, strict=False) if isinstance(a, np.ndarray)
+        ]
+        reads = [a for a, w in arrays if not w]
+        ORDER.access(self.name, stream, reads=reads, writes=[a for a, w in arrays if w])
 
     def run(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...]) -> None:
         keep = []
@@ -201,6 +326,8 @@ class _Kernel:
                 v: Any = ctypes.c_void_p(a.ctypes.data)
             elif isinstance(a, np.int32):
                 v = ctypes.c_int32(int(a))
+            elif isinstance(a, np.uint32):
+                v = ctypes.c_uint32(int(a))
             elif isinstance(a, np.float32):
                 v = ctypes.c_float(float(a))
             else:
@@ -209,9 +336,17 @@ class _Kernel:
             ptrs[i] = ctypes.cast(ctypes.pointer(v), ctypes.c_void_p)
         g = (ctypes.c_uint * 3)(*(tuple(grid) + (1, 1, 1))[:3])
         b = (ctypes.c_uint * 3)(*(tuple(block) + (1, 1, 1))[:3])
+        threads = b[0] * b[1] * b[2]
+        if self.bound is not None and threads > self.bound:  # as the driver refuses it
+            raise RuntimeError(
+                f"{self.name}: cudaErrorLaunchOutOfResources: {threads} threads a block "
+                f"against __launch_bounds__({self.bound})"
+            )
+        seed = SEEDS.next()
+        self._seed(seed)
         err = self._fn(g, b, ptrs)
         if err:
-            raise RuntimeError(f"{self.name}: {err.decode()}")
+            raise RuntimeError(f"{self.name}: {err.decode()} [{SEEDS.note()}]")
 
 
 class _RawModule:
@@ -222,7 +357,8 @@ class _RawModule:
         if code is None:
             raise RuntimeError(f"the CUDA emulator cannot run compiled GPU code ({path})")
         self.names = KERNEL_RE.findall(code)
-        self._lib = self._build(code, self.names)
+        self._signatures = _signatures(code)
+        self._lib = self._build(rewrite_shared(code), self.names)
 
     @classmethod
     def _build(cls, code: str, names: list[str]) -> ctypes.CDLL:
@@ -244,6 +380,10 @@ class _RawModule:
                     f"return m.c_str(); }} return nullptr; }}\n"
                     for n in names
                 )
+                wrappers += (
+                    'extern "C" void emu_set_seed(unsigned long long s) '
+                    "{ bitnet_emu::set_seed(s); }\n"
+                )
                 (out / "emu.cpp").write_text(
                     f'#include "cuda_emu.h"\n#include "kernels.cu"\n{wrappers}'
                 )
@@ -260,7 +400,7 @@ class _RawModule:
     def get_function(self, name: str) -> _Kernel:
         if name not in self.names:
             raise RuntimeError(f"no kernel named {name!r}")
-        return _Kernel(self._lib, name)
+        return _Kernel(self._lib, name, self._signatures[name])
 
 
 class _Device:
@@ -278,6 +418,10 @@ class _Device:
 
     def use(self) -> None:
         _Device._current.id = self.id
+
+    def synchronize(self) -> None:
+        _not_capturing("Device.synchronize")
+        ORDER.host_waits_all()
 
     def __enter__(self) -> _Device:
         self._outer.append(_Device.current())
@@ -303,6 +447,11 @@ class _Runtime:
         return {"name": f"CUDA emulator (CPU) #{index}".encode(), "major": 9, "minor": 0}
 
     @staticmethod
+    def deviceSynchronize() -> None:  # noqa: N802
+        _not_capturing("deviceSynchronize")
+        ORDER.host_waits_all()
+
+    @staticmethod
     def memGetInfo() -> tuple[int, int]:  # noqa: N802
         return (8 << 30, 8 << 30)
 
@@ -319,23 +468,28 @@ class EmulatedCuPy:
         Event=_Event,
         get_elapsed_time=_elapsed_ms,
         get_current_stream=_current_stream,
+        alloc_pinned_memory=bytearray,  # page-locked host memory: here, host memory
     )
 
     @staticmethod
     def asarray(a: Any, dtype: Any = None) -> DeviceArray:
         _not_capturing("cupy.asarray")
-        return _device(np.array(a, dtype=dtype, copy=True))  # a host-to-device copy
+        ORDER.access("cupy.asarray", None, reads=device_arrays([a]))
+        return _new(np.array(a, dtype=dtype, copy=True))  # a host-to-device copy
 
     @staticmethod
     def asnumpy(a: Any) -> np.ndarray:
         _not_capturing("cupy.asnumpy")
+        ORDER.access("cupy.asnumpy", None, reads=device_arrays([a]))
+        ORDER.host_waits(None)
         return np.array(a, copy=True)
 
     @staticmethod
     def exp(x: Any) -> np.ndarray:
         _not_capturing("cupy.exp")
+        ORDER.access("cupy.exp", None, reads=device_arrays([x]))
         with np.errstate(over="ignore"):  # inf, silently, as on the GPU
-            return _device(np.asarray(np.exp(np.asarray(x))))
+            return _new(np.asarray(np.exp(np.asarray(x))))
 
     def __getattr__(self, name: str) -> Any:  # zeros, empty, empty_like, maximum, ...
         fn = getattr(np, name)
@@ -344,7 +498,10 @@ class EmulatedCuPy:
 
         def device_fn(*args: Any, **kwargs: Any) -> Any:
             _not_capturing(f"cupy.{name}")
+            ORDER.access(f"cupy.{name}", None, reads=device_arrays([args, kwargs]))
             out = fn(*args, **kwargs)
-            return _device(out) if isinstance(out, np.ndarray) else out
+            if name in ("empty", "empty_like") and isinstance(out, np.ndarray):
+                out.view(np.uint8)[...] = 0xFF  # never written: garbage (NaN), not zeros
+            return _new(out) if isinstance(out, np.ndarray) else out
 
         return device_fn

@@ -202,6 +202,7 @@ class OpenCLRunner(GenericRunner):
         )
         rt.cl.enqueue_copy(rt.queue, b.meta.buffer, meta, is_blocking=False)
         rec.run()
+        self._provider.trace.launched(len(rec.launches))
         logits = np.empty((n, self.config.vocab_size), dtype=np.float32)
         rt.cl.enqueue_copy(rt.queue, logits, b.logits.buffer, is_blocking=True)
         trace.submit(2 + rec.submissions)

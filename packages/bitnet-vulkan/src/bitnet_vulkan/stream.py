@@ -54,12 +54,13 @@ WHOLE_SIZE = 0xFFFFFFFFFFFFFFFF
 class Program:
     """A recorded command buffer run as it is by ``CommandStream.run_program``."""
 
-    __slots__ = ("ptr", "submit", "generation")
+    __slots__ = ("ptr", "submit", "generation", "dispatches")
 
-    def __init__(self, ptr: Any, submit: Any, generation: int) -> None:
+    def __init__(self, ptr: Any, submit: Any, generation: int, dispatches: int) -> None:
         self.ptr = ptr
         self.submit = submit
         self.generation = generation
+        self.dispatches = dispatches  # kernels a run of it launches
 
 
 class CommandStream:
@@ -447,7 +448,7 @@ class CommandStream:
         else:
             found = self._recorded[key] = self._record_open_step()
         self._cmds.clear()
-        self._submit_and_wait(found[1])
+        self._submit_and_wait(found[1], _dispatches(key))
         for buf in self._staging_in_use:
             buf.free = True
         self._staging_in_use.clear()
@@ -470,13 +471,14 @@ class CommandStream:
         self.stats["recorded"] += 1
         return found
 
-    def _submit_and_wait(self, submit: Any) -> None:
+    def _submit_and_wait(self, submit: Any, dispatches: int) -> None:
         lib, dev = self.lib, self.ctx.device
         vkapi.check(
             "vkQueueSubmit", lib.vkQueueSubmit(self.ctx.queue, 1, submit, self.fence_ptr[0])
         )
         if self.trace is not None:
             self.trace.submit()
+            self.trace.launched(dispatches)
         vkapi.check(
             "vkWaitForFences",
             lib.vkWaitForFences(dev, 1, self.fence_ptr, 1, 0xFFFFFFFFFFFFFFFF),
@@ -490,8 +492,9 @@ class CommandStream:
     # --- programs: steps recorded once and resubmitted by their owner -----------------
     def record_program(self) -> Program:
         """Record the open step into a command buffer of its own (until ``free_program``)."""
+        dispatches = _dispatches(tuple(k for k, _ in self._cmds))
         found = self._record_open_step()
-        return Program(found[0], found[1], self.generation)
+        return Program(found[0], found[1], self.generation, dispatches)
 
     def run_program(self, program: Program) -> None:
         """Submit ``program`` (after whatever ops are still open) and wait for it."""
@@ -499,7 +502,7 @@ class CommandStream:
             raise ProviderError("a recorded program outlived its descriptor sets")
         if self._cmds:
             self.flush()
-        self._submit_and_wait(program.submit)
+        self._submit_and_wait(program.submit, program.dispatches)
         self.stats["replays"] += 1
 
     def free_program(self, program: Program) -> None:
@@ -527,6 +530,11 @@ class CommandStream:
         lib.vkDestroyDescriptorPool(dev, self.descriptor_pool, ffi.NULL)
         lib.vkDestroyFence(dev, self.fence_ptr[0], ffi.NULL)
         lib.vkDestroyCommandPool(dev, self.command_pool, ffi.NULL)
+
+
+def _dispatches(keys: tuple[Any, ...]) -> int:
+    """The compute dispatches among a step's op keys (copies and fills are not kernels)."""
+    return sum(1 for k in keys if k[0] == "d")
 
 
 def pack_push(fmt: str, *values: Any) -> bytes:

@@ -372,6 +372,7 @@ class WebGPURunner(GenericRunner):
 
     def _encode(self, encoder: Any, plan: StepPlan) -> None:
         """One compute pass with the plan's dispatches."""
+        self._provider.trace.launched(len(plan.ops))
         cpass = encoder.begin_compute_pass()
         if self.native is not None:
             self.native.encode(cpass, plan)

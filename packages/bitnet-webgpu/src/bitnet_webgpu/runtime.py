@@ -366,6 +366,7 @@ class Device:
         self._pass.set_bind_group(0, bind)
         self._pass.dispatch_workgroups(*groups)
         self.trace.kernel(name)
+        self.trace.launched()
 
     def _bind_group(self, pipe: Any, key: tuple, off: int, size: int, buffers: list[Any]) -> Any:
         raws = tuple(_raw(b) for b in buffers)

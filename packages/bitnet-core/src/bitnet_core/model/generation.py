@@ -13,6 +13,9 @@ from ..errors import ContextLengthError
 from .processors import TokenProcessor, accept_token, apply_processors
 from .sampling import Sampler, SamplingParams, StopMatcher
 
+#: greedy tokens a device launch decodes (``decode_greedy``), when the runner has it
+DEVICE_TOKENS = 8
+
 
 @dataclass
 class GenerationStats:
@@ -25,6 +28,10 @@ class GenerationStats:
     decode_steps: int = 0  # forward calls of one token
     cached_tokens: int = 0  # prompt tokens reused from a session's KV cache
     finish_reason: str = ""  # "stop" (eos or stop string), "length", "context"
+    #: "device": greedy tokens chosen on the device, DEVICE_TOKENS a launch (the runner's
+    #: ``decode_greedy``); "host": logits to the host each step (sampling, penalties,
+    #: logit processors, or a runner without it)
+    token_path: str = ""
 
     @property
     def prompt_tokens_per_s(self) -> float:
@@ -79,6 +86,12 @@ class Session:
         self.ids.append(int(token))
         return logits
 
+    def greedy(self, token: int, k: int, eos: set[int]) -> list[int]:
+        """Up to ``k`` greedy tokens after ``token``, chosen on the device (cut after eos)."""
+        out = self.runner.decode_greedy(int(token), self.seq, k, eos=eos)
+        self.ids += [int(token), *out[:-1]]  # the tokens whose rows the cache now holds
+        return out
+
     @property
     def length(self) -> int:
         return 0 if self.seq is None else self.seq.length
@@ -121,6 +134,14 @@ def generate_tokens(
         raise ContextLengthError("the prompt is empty: nothing to condition on (add a BOS token)")
     sampler = Sampler(params)
     eos = set(int(e) for e in eos_ids)
+    on_device = (
+        params.temperature == 0
+        and params.repeat_penalty == 1.0
+        and not processors
+        and getattr(runner, "decode_greedy", None) is not None
+    )
+    stats.token_path = "device" if on_device else "host"
+    pending: list[int] = []  # tokens the device chose, not handed out yet
     own = session is None
     sess = Session(runner) if own else session
     try:
@@ -134,10 +155,13 @@ def generate_tokens(
         stats.prompt_s = time.perf_counter() - t0
         history = list(ids)
         for n in range(params.max_tokens):
-            if processors:
-                raw, logits = logits, apply_processors(processors, logits)
-            tok = sampler.sample(logits, history)
-            finished = processors and accept_token(processors, tok, raw)
+            if pending:
+                tok, finished = pending.pop(0), False
+            else:
+                if processors:
+                    raw, logits = logits, apply_processors(processors, logits)
+                tok = sampler.sample(logits, history)
+                finished = processors and accept_token(processors, tok, raw)
             if tok in eos:
                 stats.finish_reason = "stop"
                 return
@@ -152,10 +176,17 @@ def generate_tokens(
             if sess.length + 1 > sess.max_len:
                 stats.finish_reason = "context"
                 return
+            if pending:  # the device already decoded this token's successor
+                continue
             t0 = time.perf_counter()
-            logits = sess.step(tok)
+            if on_device:
+                k = min(DEVICE_TOKENS, params.max_tokens - n - 1, sess.max_len - sess.length)
+                pending = sess.greedy(tok, k, eos)
+                stats.decode_steps += len(pending)
+            else:
+                logits = sess.step(tok)
+                stats.decode_steps += 1
             stats.decode_s += time.perf_counter() - t0
-            stats.decode_steps += 1
         stats.finish_reason = "length"
     finally:
         if own:

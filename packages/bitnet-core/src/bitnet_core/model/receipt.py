@@ -136,6 +136,8 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
             "load_s": getattr(model, "load_s", 0.0),
         },
         "finish_reason": stats.finish_reason,
+        # "device": greedy tokens chosen on the device; "host": logits to the host a step
+        "token_path": getattr(stats, "token_path", "") or "host",
         "sampling": model.last_params.as_dict() if getattr(model, "last_params", None) else None,
         "versions": {
             "bitnet_core": __version__,

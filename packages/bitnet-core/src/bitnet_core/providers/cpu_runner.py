@@ -227,6 +227,7 @@ class FusedCpuRunner(GenericRunner):
         for name, calls in kernels.items():
             trace.kernel(name, calls)
         trace.submit()
+        trace.launched(sum(kernels.values()))
 
     def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
         if self._model is None:

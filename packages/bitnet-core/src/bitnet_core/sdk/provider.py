@@ -53,6 +53,7 @@ def _traced(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
             here.in_op = False
         if getattr(here, "records", 0) == before:  # it named no kernel: it stands for its own
             trace.kernel(name)
+            trace.launched()
         return out
 
     op.__traced__ = name  # type: ignore[attr-defined]

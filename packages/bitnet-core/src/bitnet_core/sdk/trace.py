@@ -8,6 +8,9 @@ backend's code calls
 - ``trace.submit()`` for each submission to the device's queue (one
   ``vkQueueSubmit``, one OpenCL enqueue, one WebGPU ``queue.submit``, one
   CUDA graph launch),
+- ``trace.launched(n)`` for the ``n`` kernels the device runs: each eager
+  launch, and every kernel of a replayed graph or recorded step each time
+  (``bitnet bench --profile``: launches a decode step),
 - ``trace.fallback(reason)`` when it gives up a faster path (a recorded or
   graph-captured step) for a slower one: logged, kept for the receipt, and a
   ``StrictModeError`` under ``BITNET_STRICT_MODE=1``.
@@ -39,6 +42,8 @@ class LaunchTrace:
 
     kernels: Counter[str] = field(default_factory=Counter)
     submissions: int = 0
+    #: kernels the device ran (each of a replayed step's kernels, each time)
+    launches: int = 0
     fallbacks: list[str] = field(default_factory=list)
     #: per thread: ``records``, the ``kernel`` calls so far (an op that saw it change
     #: named its own kernels), and ``in_op``, an op of the provider is running (the
@@ -61,6 +66,10 @@ class LaunchTrace:
     def submit(self, count: int = 1) -> None:
         """``count`` submissions to the device's queue."""
         self.submissions += count
+
+    def launched(self, count: int = 1) -> None:
+        """``count`` kernels run by the device."""
+        self.launches += count
 
     def fallback(self, reason: str) -> None:
         """A faster path was given up: an error in strict mode, else logged and kept."""

@@ -57,6 +57,8 @@ KERNELS = (
     "attn_split_seqs",
     "attn_split_seqs_f16",
     "attn_combine_norm_quant",
+    "argmax_next",
+    "sample_next",
 )
 
 

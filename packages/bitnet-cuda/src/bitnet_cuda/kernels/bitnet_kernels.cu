@@ -620,24 +620,33 @@ extern "C" __global__ void attention_f16(const float* __restrict__ q, const __ha
 // step; everything else a step touches stays at fixed addresses.
 
 // x[t, :] = table[ids[t], :] (float32 out); `stride` is the table's row length in elements.
+// An id outside [0, vocab) (ids may come from the device) gives a row of zeros, never a
+// read past the table. The step's first kernel, it also sets attn_combine_norm_quant's
+// counts done[0, ndone) to 0: a step cut short (its counts left part way) cannot make
+// later steps skip the norm.
 template <typename TAB>
 __device__ void embed_body(const TAB* __restrict__ table, const int* __restrict__ ids,
-                           float* __restrict__ x, int d, int stride) {
-    const size_t row = (size_t)ids[blockIdx.x] * stride;
+                           float* __restrict__ x, int d, int stride, int vocab,
+                           int* __restrict__ done, int ndone) {
+    const int id = ids[blockIdx.x];
+    const bool ok = id >= 0 && id < vocab;
+    const size_t row = ok ? (size_t)id * stride : 0;
     for (int i = threadIdx.x; i < d; i += blockDim.x)
-        x[(size_t)blockIdx.x * d + i] = load_f(table, row + i);
+        x[(size_t)blockIdx.x * d + i] = ok ? load_f(table, row + i) : 0.0f;
+    if (blockIdx.x == 0)
+        for (int i = threadIdx.x; i < ndone; i += blockDim.x) done[i] = 0;
 }
-extern "C" __global__ void embed_f16(const __half* __restrict__ table, const int* __restrict__ ids,
-                                     float* __restrict__ x, int d, int stride) {
-    embed_body(table, ids, x, d, stride);
+#define EMBED_ARGS(TAB)                                                                      \
+    const TAB* __restrict__ table, const int* __restrict__ ids, float* __restrict__ x, int d, \
+        int stride, int vocab, int* __restrict__ done, int ndone
+extern "C" __global__ void embed_f16(EMBED_ARGS(__half)) {
+    embed_body(table, ids, x, d, stride, vocab, done, ndone);
 }
-extern "C" __global__ void embed_bf16(const bf16* __restrict__ table, const int* __restrict__ ids,
-                                      float* __restrict__ x, int d, int stride) {
-    embed_body(table, ids, x, d, stride);
+extern "C" __global__ void embed_bf16(EMBED_ARGS(bf16)) {
+    embed_body(table, ids, x, d, stride, vocab, done, ndone);
 }
-extern "C" __global__ void embed_f32(const float* __restrict__ table, const int* __restrict__ ids,
-                                     float* __restrict__ x, int d, int stride) {
-    embed_body(table, ids, x, d, stride);
+extern "C" __global__ void embed_f32(EMBED_ARGS(float)) {
+    embed_body(table, ids, x, d, stride, vocab, done, ndone);
 }
 
 // The norm kernels below keep a row in registers when it fits (row_held):
@@ -648,6 +657,8 @@ extern "C" __global__ void embed_f32(const float* __restrict__ table, const int*
 // same order either way, so the same bits.
 #define NORM_BLOCK 256     // rmsnorm_quant, act_norm_quant: runner.py's NORM_THREADS
 #define COMBINE_BLOCK 256  // attn_combine_norm_quant: runner.py's COMBINE_THREADS
+#define ATTN_BLOCK 128     // attn_split*: at most 4 warps (runner.py's ATTN_THREADS)
+#define ATTN_WARPS (ATTN_BLOCK / WARP)
 #define NORM_HELD 32       // values a thread holds: rows up to 8192 in 256 threads
 
 // Whether a row of kp int8 codes is held in registers, NORM_HELD values a thread.
@@ -851,16 +862,17 @@ extern "C" __global__ void rope_store_seqs_f16(const float* __restrict__ qkv,
 // block (h, s) of `splits` takes one contiguous chunk of the keys, each of its warps every
 // 4th key of it (lanes split the head dimension: coalesced loads), with an online softmax.
 // Each block writes its max, sum of exponentials and unnormalized output [d] to part_*;
-// attn_combine_norm_quant merges the splits. d <= MAXD, blockDim.x = 128.
+// attn_combine_norm_quant merges the splits. d <= MAXD; blockDim.x a multiple of 32 up
+// to ATTN_BLOCK (the runner launches 128: 4 warps; more is refused by the launch bounds).
 template <typename KV>
 __device__ void attn_split_body(const float* __restrict__ q, const KV* __restrict__ kc,
                                 const KV* __restrict__ vc, int n,
                                 float* __restrict__ part_m, float* __restrict__ part_l,
                                 float* __restrict__ part_acc, int hq, int hkv, int d, int splits,
                                 float scale) {
-    __shared__ float sm[4], sl[4], sacc[4][MAXD];
+    __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS], sacc[ATTN_WARPS][MAXD];
     const int h = blockIdx.x, split = blockIdx.y;
-    const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
+    const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP, warps = blockDim.x / WARP;
     const int kvh = h / (hq / hkv);
     const int chunk = (n + splits - 1) / splits;
     const int s0 = split * chunk, s1 = min(n, s0 + chunk);
@@ -872,7 +884,7 @@ __device__ void attn_split_body(const float* __restrict__ q, const KV* __restric
         acc[j] = 0.0f;
     }
     float m = -3.0e38f, l = 0.0f;
-    for (int s = s0 + wid; s < s1; s += 4) {
+    for (int s = s0 + wid; s < s1; s += warps) {
         const size_t base = ((size_t)s * hkv + kvh) * d;
         float dot = 0.0f;
 #pragma unroll
@@ -898,27 +910,32 @@ __device__ void attn_split_body(const float* __restrict__ q, const KV* __restric
         if (i < d) sacc[wid][i] = acc[j];
     }
     __syncthreads();
-    const float mm = fmaxf(fmaxf(sm[0], sm[1]), fmaxf(sm[2], sm[3]));
-    float w[4];
+    float mm = sm[0];
+    for (int k = 1; k < warps; k++) mm = fmaxf(mm, sm[k]);
+    float w[ATTN_WARPS];
 #pragma unroll
-    for (int k = 0; k < 4; k++) w[k] = expf(sm[k] - mm);
+    for (int k = 0; k < ATTN_WARPS; k++) w[k] = k < warps ? expf(sm[k] - mm) : 0.0f;
     const size_t part = (size_t)h * splits + split;
     if (threadIdx.x == 0) {
+        float l = sl[0] * w[0];
+        for (int k = 1; k < warps; k++) l += sl[k] * w[k];
         part_m[part] = mm;
-        part_l[part] = sl[0] * w[0] + sl[1] * w[1] + sl[2] * w[2] + sl[3] * w[3];
+        part_l[part] = l;
     }
-    for (int i = threadIdx.x; i < d; i += blockDim.x)
-        part_acc[part * d + i] =
-            sacc[0][i] * w[0] + sacc[1][i] * w[1] + sacc[2][i] * w[2] + sacc[3][i] * w[3];
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = sacc[0][i] * w[0];
+        for (int k = 1; k < warps; k++) v += sacc[k][i] * w[k];
+        part_acc[part * d + i] = v;
+    }
 }
-extern "C" __global__ void attn_split(const float* __restrict__ q, const float* __restrict__ kc,
+extern "C" __global__ void __launch_bounds__(ATTN_BLOCK) attn_split(const float* __restrict__ q, const float* __restrict__ kc,
                                       const float* __restrict__ vc, const int* __restrict__ pos,
                                       float* __restrict__ part_m, float* __restrict__ part_l,
                                       float* __restrict__ part_acc, int hq, int hkv, int d,
                                       int splits, float scale) {
     attn_split_body(q, kc, vc, pos[0] + 1, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
 }
-extern "C" __global__ void attn_split_f16(const float* __restrict__ q, const __half* __restrict__ kc,
+extern "C" __global__ void __launch_bounds__(ATTN_BLOCK) attn_split_f16(const float* __restrict__ q, const __half* __restrict__ kc,
                                           const __half* __restrict__ vc, const int* __restrict__ pos,
                                           float* __restrict__ part_m, float* __restrict__ part_l,
                                           float* __restrict__ part_acc, int hq, int hkv, int d,
@@ -939,7 +956,7 @@ __device__ void attn_split_seq(const float* __restrict__ q, const unsigned long 
                     reinterpret_cast<const KV*>(vcs[j]), pos[j] + 1, part_m + parts,
                     part_l + parts, part_acc + parts * d, hq, hkv, d, splits, scale);
 }
-extern "C" __global__ void attn_split_seqs(const float* __restrict__ q,
+extern "C" __global__ void __launch_bounds__(ATTN_BLOCK) attn_split_seqs(const float* __restrict__ q,
                                            const unsigned long long* __restrict__ kcs,
                                            const unsigned long long* __restrict__ vcs,
                                            const int* __restrict__ pos, float* __restrict__ part_m,
@@ -947,7 +964,7 @@ extern "C" __global__ void attn_split_seqs(const float* __restrict__ q,
                                            int hq, int hkv, int d, int splits, float scale) {
     attn_split_seq<float>(q, kcs, vcs, pos, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
 }
-extern "C" __global__ void attn_split_seqs_f16(const float* __restrict__ q,
+extern "C" __global__ void __launch_bounds__(ATTN_BLOCK) attn_split_seqs_f16(const float* __restrict__ q,
                                                const unsigned long long* __restrict__ kcs,
                                                const unsigned long long* __restrict__ vcs,
                                                const int* __restrict__ pos,
@@ -1006,4 +1023,154 @@ extern "C" __global__ void __launch_bounds__(COMBINE_BLOCK)
     float v[NORM_HELD];
     const float ss = read_row(v, held, dim, [&](int e) { return __ldcg(out + e); });
     norm_quant_row(v, held, out, ss, g, eps, dim, kp, xq + j * kp, scale + j, xsum + j, red);
+}
+
+// Greedy decoding on the device, the last kernel of a step: ids[0] = argmax(logits[:vocab])
+// (the lowest index among equal maxima, as numpy's argmax; NaN never wins), ring[slot] =
+// it and pos[0] += 1, so the next step (in the same graph) reads its input here.
+extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
+    argmax_next(const float* __restrict__ logits, int vocab, int* __restrict__ ids,
+                int* __restrict__ pos, int* __restrict__ ring, int slot) {
+    __shared__ float best_v[NORM_BLOCK / WARP];
+    __shared__ int best_i[NORM_BLOCK / WARP];
+    float v = __uint_as_float(0xff800000u);  // -inf
+    int idx = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float x = logits[i];
+        if (x > v || (x == v && i < idx)) v = x, idx = i;
+    }
+    for (int o = WARP / 2; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, v, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (ov > v || (ov == v && oi < idx)) v = ov, idx = oi;
+    }
+    if (threadIdx.x % WARP == 0) best_v[threadIdx.x / WARP] = v, best_i[threadIdx.x / WARP] = idx;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < (int)(blockDim.x / WARP); w++)
+            if (best_v[w] > v || (best_v[w] == v && best_i[w] < idx)) v = best_v[w], idx = best_i[w];
+        if (idx >= vocab) idx = 0;  // every logit NaN or -inf
+        ids[0] = idx;
+        ring[slot] = idx;
+        pos[0] += 1;
+    }
+}
+
+// Seeded sampling on the device, the last kernel of a step (as argmax_next): the token is
+// drawn from softmax(logits / T) after top-k (ties at the k-th value kept), top-p (the
+// largest probabilities whose mass reaches top_p, ties at the cut kept) and min-p (p >=
+// min_p * max p), the filters of the host's token_probabilities; the draw is the first
+// token whose cumulative probability passes u, u from (seed, pos[0]). Thresholds are
+// found by bisection over the row (no sort), the kept mass by chunks a thread.
+__device__ __forceinline__ float uniform01(unsigned long long seed, int p) {
+    unsigned long long z = seed ^ ((unsigned long long)(unsigned)p * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return (float)(z >> 40) * (1.0f / 16777216.0f);  // 24 bits: [0, 1)
+}
+extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
+    sample_next(const float* __restrict__ logits, int vocab, float inv_temp, int top_k,
+                float top_p, float min_p, unsigned seed_lo, unsigned seed_hi,
+                int* __restrict__ ids, int* __restrict__ pos, int* __restrict__ ring, int slot) {
+    __shared__ float red[32];
+    __shared__ float part[NORM_BLOCK];
+    __shared__ int owner;
+    const float big = 3.0e38f;
+    float hi = -big, lo = big;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float x = logits[i];
+        if (fabsf(x) <= big) hi = fmaxf(hi, x), lo = fminf(lo, x);  // finite only
+    }
+    hi = block_max(hi, red);
+    lo = -block_max(-lo, red);
+    float kth = lo;  // top-k: the k-th largest value (the largest t with k values >= t)
+    if (top_k > 0 && top_k < vocab) {
+        float a = lo, b = hi;
+        for (int it = 0; it < 48 && a < b; it++) {
+            const float mid = a + (b - a) * 0.5f;
+            if (mid <= a || mid >= b) break;
+            float c = 0.0f;
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x) c += logits[i] >= mid ? 1.0f : 0.0f;
+            if (block_sum(c, red) >= (float)top_k) a = mid;
+            else b = mid;
+        }
+        float m = big;  // the smallest value >= a: exactly the k-th
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+            if (logits[i] >= a) m = fminf(m, logits[i]);
+        kth = -block_max(-m, red);
+    }
+    // weights w = exp((x - max) / T) of the kept tokens: the largest is 1
+#define SAMPLE_W(x) (((x) >= kth && fabsf(x) <= big) ? expf(((x) - hi) * inv_temp) : 0.0f)
+    float total = 0.0f;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) total += SAMPLE_W(logits[i]);
+    total = block_sum(total, red);
+    float cut = min_p;  // keep w >= cut (min-p: p >= min_p * max p, max w = 1)
+    if (top_p < 1.0f) {  // the largest t whose kept mass sum(w >= t) reaches top_p
+        float a = 0.0f, b = 1.0f;
+        for (int it = 0; it < 48; it++) {
+            const float mid = a + (b - a) * 0.5f;
+            if (mid <= a || mid >= b) break;
+            float s = 0.0f;
+            for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+                const float w = SAMPLE_W(logits[i]);
+                s += w >= mid ? w : 0.0f;
+            }
+            if (block_sum(s, red) >= top_p * total) a = mid;
+            else b = mid;
+        }
+        float m = 2.0f;  // the smallest weight >= a: the cut exactly
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+            const float w = SAMPLE_W(logits[i]);
+            if (w >= a && w > 0.0f) m = fminf(m, w);
+        }
+        cut = fmaxf(cut, -block_max(-m, red));
+    }
+    // the draw: chunks of consecutive tokens a thread, their kept mass, the owner of u
+    const int chunk = (vocab + blockDim.x - 1) / blockDim.x;
+    const int i0 = threadIdx.x * chunk, i1 = min(vocab, i0 + chunk);
+    float s = 0.0f;
+    for (int i = i0; i < i1; i++) {
+        const float w = SAMPLE_W(logits[i]);
+        s += w >= cut && w > 0.0f ? w : 0.0f;
+    }
+    part[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float run = 0.0f;
+        for (int t = 0; t < (int)blockDim.x; t++) run += part[t];
+        const unsigned long long seed = ((unsigned long long)seed_hi << 32) | seed_lo;
+        const float target = uniform01(seed, pos[0]) * run;
+        float acc = 0.0f;
+        int who = -1;
+        for (int t = 0; t < (int)blockDim.x; t++) {
+            if (part[t] > 0.0f) who = t;  // the last with mass, should rounding pass them all
+            if (part[t] > 0.0f && acc + part[t] > target) break;
+            acc += part[t];
+        }
+        owner = who;
+        red[0] = target - acc;  // what is left of u in the owner's chunk
+    }
+    __syncthreads();
+    if ((int)threadIdx.x == owner) {
+        const float left = red[0];
+        float acc = 0.0f;
+        int tok = -1;
+        for (int i = i0; i < i1; i++) {
+            const float w = SAMPLE_W(logits[i]);
+            if (!(w >= cut && w > 0.0f)) continue;
+            tok = i;
+            acc += w;
+            if (acc > left) break;
+        }
+        ids[0] = tok;
+        ring[slot] = tok;
+        pos[0] += 1;
+    }
+    if (owner < 0 && threadIdx.x == 0) {  // every logit NaN or infinite
+        ids[0] = 0;
+        ring[slot] = 0;
+        pos[0] += 1;
+    }
+#undef SAMPLE_W
 }

@@ -83,3 +83,4 @@ class OpenCLRuntime:
             rt.kernel(name)(rt.queue, gsize, lsize, *args)
         self.trace.kernel(name)  # type: ignore[attr-defined]
         self.trace.submit()  # type: ignore[attr-defined]
+        self.trace.launched()  # type: ignore[attr-defined]

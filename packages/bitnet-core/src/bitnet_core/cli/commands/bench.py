@@ -4,7 +4,9 @@
 (``time.thread_time()`` around each step: the host's cost of driving the
 device, without the device's own threads), the wall time, and the API
 submissions the provider's trace counted (``sdk.trace``: queue submits,
-enqueues, kernel or graph launches; for the fused CPU engine, native calls).
+enqueues, kernel or graph launches; for the fused CPU engine, native calls)
+and the kernels the device ran (``launches_per_step``: every kernel of a
+replayed graph or recorded step counts).
 On the fused CPU engine it also times each op of the decode steps (ms a step,
 and GB/s for the ops that read weights or the KV cache): where a decode step's
 time goes; with the checked int8 head, also the rows it recomputed exactly a
@@ -56,6 +58,7 @@ class BenchRun:
     host_s: float  # main-thread CPU time of the decode steps (time.thread_time)
     wall_s: float  # wall time of the decode steps (without choosing the next token)
     submissions: int  # counted by the provider's trace during the decode steps
+    launches: int  # kernels the device ran during the decode steps (the trace's count)
     op_seconds: dict[str, float]  # by op over the decode steps (fused CPU engine, --profile)
     head_checks: tuple[int, int] = (0, 0)  # checked int8 head: tokens, rows recomputed
 
@@ -75,6 +78,7 @@ def bench_once(
         logits = runner.forward(ids, seq)
         t_prompt = time.perf_counter() - t0
         submitted = trace.submissions if trace is not None else 0
+        launched = trace.launches if trace is not None else 0
         timing = timing and runner.time_ops(True)
         checks0 = runner.head_checks() if timing else (0, 0)
         t0 = time.perf_counter()
@@ -86,6 +90,7 @@ def bench_once(
             wall += time.perf_counter() - w0
         t_gen = time.perf_counter() - t0
         submissions = trace.submissions - submitted if trace is not None else 0
+        launches = trace.launches - launched if trace is not None else 0
         op_seconds = runner.op_times() if timing else {}
         checks = (0, 0)
         if timing:
@@ -100,6 +105,7 @@ def bench_once(
         host,
         wall,
         submissions,
+        launches,
         op_seconds,
         checks,
     )
@@ -119,6 +125,7 @@ def step_profile(runs: list[BenchRun], traced: bool, model=None, n_prompt: int =
         "submissions_per_step": (
             sum(r.submissions for r in runs) / steps if traced and steps else None
         ),
+        "launches_per_step": sum(r.launches for r in runs) / steps if traced and steps else None,
     }
     if steps and any(r.op_seconds for r in runs):
         nbytes = dict(model.runner.op_bytes())
@@ -191,11 +198,12 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.profile:
             prof = result["profile"]
-            subs = prof["submissions_per_step"]
+            subs, kernels = prof["submissions_per_step"], prof["launches_per_step"]
             print(
                 f"decode step: host {prof['host_ms_per_step']:.3f} ms  "
                 f"wall {prof['wall_ms_per_step']:.3f} ms  "
                 f"submissions {'n/a' if subs is None else f'{subs:.1f}'}  "
+                f"launches {'n/a' if kernels is None else f'{kernels:.1f}'}  "
                 f"({prof['decode_steps']} steps)"
             )
             for op, t in prof.get("ops", {}).items():
