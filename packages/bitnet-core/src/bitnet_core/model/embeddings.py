@@ -48,8 +48,9 @@ def normalize(vectors: np.ndarray, dimensions: int | None = None) -> np.ndarray:
     return (v / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
-def check_inputs(inputs: Sequence[Sequence[int]], context_length: int) -> None:
-    """Each input non-empty and within the context (``ShapeError``/``ContextLengthError``)."""
+def check_inputs(inputs: Sequence[Sequence[int]], context_length: int, vocab_size: int) -> None:
+    """Each input non-empty, within the context, its ids in the vocabulary
+    (``ShapeError``/``ContextLengthError``)."""
     for j, ids in enumerate(inputs):
         if len(ids) == 0:
             raise ShapeError(f"input {j} is empty: nothing to embed")
@@ -58,6 +59,10 @@ def check_inputs(inputs: Sequence[Sequence[int]], context_length: int) -> None:
                 f"input {j} has {len(ids)} tokens, more than the model's context of "
                 f"{context_length}"
             )
+        arr = np.asarray(ids)
+        if arr.min() < 0 or arr.max() >= vocab_size:
+            bad = int(arr[(arr < 0) | (arr >= vocab_size)][0])
+            raise ShapeError(f"input {j}: token id {bad} out of range [0, {vocab_size})")
 
 
 def embed_ids(
@@ -74,7 +79,7 @@ def embed_ids(
             f"this model ({cfg.arch}) is a language model, not an embedding model "
             "(its file has no pooling_type)"
         )
-    check_inputs(inputs, cfg.context_length)
+    check_inputs(inputs, cfg.context_length, cfg.vocab_size)
     truncate(np.zeros((1, cfg.hidden_size), np.float32), dimensions)  # checked up front
     if not inputs:
         return np.zeros((0, dimensions or cfg.hidden_size), np.float32)
