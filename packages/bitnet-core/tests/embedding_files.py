@@ -122,7 +122,9 @@ def write_bitnet_cpp_file(path, cfg: BitNetConfig, latent: dict[str, np.ndarray]
     w.close()
 
 
-def write_ours(path, cfg: BitNetConfig, latent: dict[str, np.ndarray]) -> None:
+def write_ours(
+    path, cfg: BitNetConfig, latent: dict[str, np.ndarray], tokenizer: dict | None = None
+) -> None:
     tensors: dict = {}
     for name, a in latent.items():
         if a.ndim == 2 and name != "token_embd.weight":
@@ -135,5 +137,5 @@ def write_ours(path, cfg: BitNetConfig, latent: dict[str, np.ndarray]) -> None:
         cfg,
         tensors,
         ternary_type="i2_s",
-        tokenizer_metadata=byte_tokenizer_metadata(cfg.vocab_size),
+        tokenizer_metadata=tokenizer or byte_tokenizer_metadata(cfg.vocab_size),
     )

@@ -137,3 +137,68 @@ def test_cli_embed_json_npy_and_stdin(small_model_file, tmp_path, capsys, monkey
     assert ".npy" in capsys.readouterr().err
     assert main([*args, "x", "--dimensions", "9999"]) != 0
     assert "dimensions" in capsys.readouterr().err
+
+
+def test_qwen3_files_append_endoftext_to_pool(tmp_path):
+    """Converted Qwen3 embedding files end each encoded text with ``<|endoftext|>``."""
+    from bitnet_core.convert.hf_qwen3_gemma3 import extra_metadata
+    from bitnet_core.model.random import byte_tokenizer_metadata
+
+    cfg = config_of("qwen3")
+    meta = byte_tokenizer_metadata(cfg.vocab_size)
+    meta["tokenizer.ggml.tokens"] = list(meta["tokenizer.ggml.tokens"])
+    meta["tokenizer.ggml.tokens"][-1] = "<|endoftext|>"
+    meta["tokenizer.ggml.token_type"] = list(meta["tokenizer.ggml.token_type"])
+    meta["tokenizer.ggml.token_type"][-1] = 3  # control
+    extra = extra_metadata(cfg, meta)
+    assert extra == {"tokenizer.ggml.eos_token_id": 299, "tokenizer.ggml.add_eos_token": True}
+    write_ours(tmp_path / "q.gguf", cfg, latent(cfg, 5), tokenizer={**meta, **extra})
+    model = bitnet_core.load(tmp_path / "q.gguf", "cpu-reference", progress=False)
+    ids = model.encode("ab")
+    assert ids[-1] == 299 and 299 not in ids[:-1]
+    np.testing.assert_allclose(model.embed("ab"), model.embed([ids]), atol=0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "want"),
+    [
+        ({"pooling_mode_lasttoken": True}, "last"),
+        ({"pooling_mode_mean_tokens": True}, "mean"),
+        ({"pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}, "cls"),
+        ({"pooling_mode_max_tokens": True}, None),
+        (None, None),
+    ],
+)
+def test_sentence_transformers_pooling_config(tmp_path, flags, want):
+    import json
+
+    from bitnet_core.convert.hf_qwen3_gemma3 import read_pooling
+    from bitnet_core.errors import UnsupportedModelError
+
+    if flags is not None:
+        (tmp_path / "modules.json").write_text(
+            json.dumps([{"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}])
+        )
+        (tmp_path / "1_Pooling").mkdir()
+        (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(flags))
+    if flags is not None and want is None:
+        with pytest.raises(UnsupportedModelError, match="pooling"):
+            read_pooling(tmp_path)
+    else:
+        assert read_pooling(tmp_path) == want
+
+
+@pytest.mark.crossval
+def test_released_norm_names_convert_the_same(tmp_path):
+    """``*_proj.norm.weight`` (released checkpoints) reads as ``*_proj.rms_norm.weight``."""
+    from embedding_models import hf_embedding_checkpoint
+
+    from bitnet_core.convert.checkpoint import convert_checkpoint
+
+    out = {}
+    for name in ("rms_norm", "norm"):
+        src = hf_embedding_checkpoint(tmp_path / name, "qwen3", seed=9, norm_name=name)
+        out[name] = convert_checkpoint(src, tmp_path / f"{name}.gguf", ternary_type="i2_s")
+    ids = _ids(4, 6, 2)
+    a, b = (bitnet_core.load(out[n], "cpu-reference", progress=False).embed(ids) for n in out)
+    np.testing.assert_array_equal(a, b)
