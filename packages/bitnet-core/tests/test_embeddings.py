@@ -102,12 +102,13 @@ def test_embeddings_match_transformers(tmp_path, arch):
 
     src = hf_embedding_checkpoint(tmp_path / "hf", arch, seed=zlib.crc32(arch.encode()))
     ids = _ids(3, 12, 4, 7)
+    files = {
+        t: convert_checkpoint(src, tmp_path / f"{t}.gguf", ternary_type=t)
+        for t in ("f16", "tq2_0", "tq1_0", "i2_s")
+    }
     for quantize, floor in ((False, 0.9999), (True, 0.99)):
         want = transformers_embeddings(src, ids, quantize)
-        for ttype in ("f16", "tq2_0", "tq1_0", "i2_s"):
-            out = convert_checkpoint(
-                src, tmp_path / f"{ttype}.gguf", ternary_type=ttype, overwrite=True
-            )
+        for ttype, out in files.items():
             for device in DEVICES:
                 model = bitnet_core.load(out, device, quantize_activations=quantize, progress=False)
                 got = model.embed(ids)
