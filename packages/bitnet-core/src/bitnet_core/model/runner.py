@@ -108,6 +108,13 @@ def resolve_kv_dtype(provider: Any, config: KVCacheConfig | None) -> np.dtype:
     return np.dtype(want)
 
 
+#: the error of logits/generation on an embedding model
+NO_HEAD = (
+    "this is an embedding model: it has no output head to generate text or logits with "
+    "(use bitnet embed, Model.embed or /v1/embeddings)"
+)
+
+
 def generic_engine_fallback(provider: Any, reason: str) -> None:
     """Say that ``provider``'s fused runner is given up for the generic engine, and why:
     ``provider.trace.fallback`` where it has one (an error under BITNET_STRICT_MODE),
@@ -300,7 +307,7 @@ class GenericRunner:
         )
         hq, hkv, d, view = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, self._reshape
         if w.head is None and not hidden:
-            raise ShapeError("an embedding model has no output head: use embed(), not logits")
+            raise ShapeError(NO_HEAD)
 
         def rows(x: Any, j: int, heads: int) -> Any:  # sequence j's rows of x [T, heads * d]
             sel = np.arange(offsets[j], offsets[j + 1], dtype=np.int64)
@@ -336,7 +343,7 @@ class GenericRunner:
         cache.reserve(start + t)
         positions = np.arange(start, start + t, dtype=np.int64)
         if w.head is None:
-            raise ShapeError("an embedding model has no output head: use embed(), not logits")
+            raise ShapeError(NO_HEAD)
         x = p.embedding(w.embedding, ids)
         for i, lw in enumerate(w.layers):
             q, k, v = self._attention_inputs(x, lw, positions, i)
