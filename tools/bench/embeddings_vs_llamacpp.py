@@ -76,36 +76,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--no-single", action="store_true", help="skip one-at-a-time")
+    ap.add_argument("--no-llama", action="store_true", help="only ours (no ratio to llama.cpp)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     os.environ.setdefault("BITNET_THREADS", str(args.threads))
     ours_path, theirs_path = make_files(args.dir)
-
-    from llama_cpp import LLAMA_POOLING_TYPE_LAST, Llama
 
     import bitnet_core
 
     model = bitnet_core.load(ours_path, device="cpu", progress=False)
     if hasattr(model.provider, "set_threads"):
         model.provider.set_threads(args.threads)
-    n_ctx = args.tokens * args.inputs
-    llm = Llama(
-        model_path=str(theirs_path),
-        embedding=True,
-        pooling_type=LLAMA_POOLING_TYPE_LAST,
-        n_ctx=n_ctx,
-        n_batch=n_ctx,
-        n_ubatch=512,
-        n_seq_max=args.inputs,
-        n_threads=args.threads,
-        n_threads_batch=args.threads,
-        verbose=False,
-    )
+    llm = None if args.no_llama else _llama(theirs_path, args)
     batch = texts(args.inputs, args.tokens)
     ours_ids = model.embed_inputs(batch)
-    theirs_ids = [llm.tokenize(t.encode(), add_bos=True, special=False) for t in batch]
     n_ours = sum(map(len, ours_ids))
-    n_theirs = sum(map(len, theirs_ids))
+    n_theirs = 0
+    if llm is not None:
+        theirs_ids = [llm.tokenize(t.encode(), add_bos=True, special=False) for t in batch]
+        n_theirs = sum(map(len, theirs_ids))
     print(f"tokens: ours {n_ours}, llama.cpp {n_theirs}", file=sys.stderr)
 
     def timed(f, n: int) -> float:
@@ -116,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[float]] = {"ours_batch": [], "llama": [], "ours_single": []}
     for r in range(args.rounds):
         order = ["ours_batch", "llama"] if r % 2 == 0 else ["llama", "ours_batch"]
+        if llm is None:
+            order.remove("llama")
         if not args.no_single:
             order.append("ours_single")
         for name in order:
@@ -137,14 +128,33 @@ def main(argv: list[str] | None = None) -> int:
         "runner": type(model.runner).__name__,
         "runs_tok_s": runs,
         "median_tok_s": med,
-        "ours_batch_over_llama": med["ours_batch"] / med["llama"],
     }
+    if "llama" in med:
+        report["ours_batch_over_llama"] = med["ours_batch"] / med["llama"]
     if "ours_single" in med:
         report["batch_over_single"] = med["ours_batch"] / med["ours_single"]
     print(json.dumps({k: report[k] for k in report if k != "shape"}, indent=1))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     return 0
+
+
+def _llama(path: Path, args: argparse.Namespace):
+    from llama_cpp import LLAMA_POOLING_TYPE_LAST, Llama
+
+    n_ctx = args.tokens * args.inputs
+    return Llama(
+        model_path=str(path),
+        embedding=True,
+        pooling_type=LLAMA_POOLING_TYPE_LAST,
+        n_ctx=n_ctx,
+        n_batch=n_ctx,
+        n_ubatch=512,
+        n_seq_max=args.inputs,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        verbose=False,
+    )
 
 
 if __name__ == "__main__":

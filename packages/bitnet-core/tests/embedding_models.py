@@ -5,9 +5,10 @@
 have: a BitNet ``quantization_config`` (AutoBitLinear, online, ``use_rms_norm``: an
 RMSNorm with its own weight before every BitLinear, ``*_proj.rms_norm.weight``), a
 tokenizer, and sentence-transformers' pooling files (``modules.json``,
-``1_Pooling/config.json``). Qwen3 has head_dim 24 (not hidden / heads = 16); Gemma3 has
-head_dim 32, ``query_pre_attn_scalar`` 20, and alternate local (window 5, rope base 1e4)
-and global (rope base 1e6) layers. ``transformers_embeddings`` is the reference:
+``1_Pooling/config.json``). Sizes are multiples of 256, so every ternary type holds every
+layer. Qwen3 has head_dim 128 (not hidden / heads = 64); Gemma3 has head_dim 256 (not
+128), ``query_pre_attn_scalar`` 20, and alternate local (window 5, rope base 1e4) and
+global (rope base 1e6) layers. ``transformers_embeddings`` is the reference:
 transformers' model of the directory, last-token pooled and L2-normalized.
 """
 
@@ -30,9 +31,8 @@ WINDOW = 5
 def _config(transformers, arch: str):
     common = dict(
         vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=96,
-        num_attention_heads=4,
+        hidden_size=256,
+        intermediate_size=512,
         max_position_embeddings=256,
         rms_norm_eps=1e-6,
         tie_word_embeddings=True,
@@ -43,15 +43,17 @@ def _config(transformers, arch: str):
     if arch == "qwen3":
         return transformers.Qwen3Config(
             num_hidden_layers=2,
+            num_attention_heads=4,
             num_key_value_heads=2,
-            head_dim=24,
+            head_dim=128,
             rope_parameters={"rope_type": "default", "rope_theta": 1e6},
             **common,
         )
     return transformers.Gemma3TextConfig(
         num_hidden_layers=4,
+        num_attention_heads=2,
         num_key_value_heads=1,
-        head_dim=32,
+        head_dim=256,
         query_pre_attn_scalar=20,
         sliding_window=WINDOW,
         layer_types=["sliding_attention", "full_attention"] * 2,
@@ -136,7 +138,7 @@ def hf_embedding_checkpoint(
     )
     (d / "1_Pooling").mkdir(exist_ok=True)
     (d / "1_Pooling" / "config.json").write_text(
-        json.dumps({"word_embedding_dimension": 64, "pooling_mode_lasttoken": True})
+        json.dumps({"word_embedding_dimension": 256, "pooling_mode_lasttoken": True})
     )
     return d
 

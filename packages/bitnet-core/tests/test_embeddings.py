@@ -101,11 +101,13 @@ def test_embeddings_match_transformers(tmp_path, arch):
     from bitnet_core.convert.checkpoint import convert_checkpoint
 
     src = hf_embedding_checkpoint(tmp_path / "hf", arch, seed=zlib.crc32(arch.encode()))
+    warned = []
     ids = _ids(3, 12, 4, 7)
     files = {
-        t: convert_checkpoint(src, tmp_path / f"{t}.gguf", ternary_type=t)
+        t: convert_checkpoint(src, tmp_path / f"{t}.gguf", ternary_type=t, report=warned.append)
         for t in ("f16", "tq2_0", "tq1_0", "i2_s")
     }
+    assert not warned, warned  # every layer in its type, none falling back to F16
     for quantize, floor in ((False, 0.9999), (True, 0.99)):
         want = transformers_embeddings(src, ids, quantize)
         for ttype, out in files.items():
