@@ -205,3 +205,28 @@ def test_released_norm_names_convert_the_same(tmp_path):
     ids = _ids(4, 6, 2)
     a, b = (bitnet_core.load(out[n], "cpu-reference", progress=False).embed(ids) for n in out)
     np.testing.assert_array_equal(a, b)
+
+
+def test_an_extra_op_on_the_host_is_in_the_receipt(small_model_file):
+    """A provider without ``gelu_mul``/``attention_window`` runs them on the host, and the
+    run's receipt lists that fallback."""
+    from bitnet_core.providers.reference import ReferenceProvider
+
+    class Plain(ReferenceProvider):
+        gelu_mul = None
+        attention_window = None
+
+    from bitnet_core.gguf import open_model_file
+    from bitnet_core.model import GenericRunner, ModelWeights
+    from bitnet_core.model.embeddings import embed_ids
+
+    weights = ModelWeights.from_model_file(open_model_file(small_model_file))
+    if weights.config.arch != "gemma3":
+        pytest.skip("Qwen3 needs neither op")
+    ids = _ids(2, 11)  # past the window of 4
+    want = embed_ids(GenericRunner(ReferenceProvider(), weights, progress=False), ids)
+    plain = Plain()
+    got = embed_ids(GenericRunner(plain, weights, progress=False), ids)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    reasons = " ".join(plain.trace.fallbacks)
+    assert "no gelu_mul" in reasons and "no attention_window" in reasons, reasons

@@ -5,8 +5,9 @@
 the ``window`` cache positions ``start + t - window + 1 .. start + t``). A provider may
 define either as a method of the same name and signature; the generic engine calls
 it then, else it runs the numpy reference below on the host (the arrays copied there
-and back), logged once per provider and op: correct everywhere, fast where the
-provider has its own.
+and back), recorded as a fallback in the provider's trace (so in the run's receipt; an
+error under ``BITNET_STRICT_MODE``), else logged once: correct everywhere, fast where
+the provider has its own.
 """
 
 from __future__ import annotations
@@ -69,13 +70,15 @@ def run(provider: Any, op: str, *args: Any) -> Any:
     own = getattr(provider, op, None)
     if callable(own):
         return own(*args)
-    key = (id(provider), op)
-    if key not in _warned:
-        _warned.add(key)
-        log.warning(
-            "%s has no %s: it runs on the host (numpy), copies around it",
-            getattr(provider, "name", type(provider).__name__),
-            op,
-        )
+    reason = (
+        f"{getattr(provider, 'name', type(provider).__name__)} has no {op}: "
+        "it runs on the host (numpy), with copies around it"
+    )
+    trace = getattr(provider, "trace", None)
+    if callable(getattr(trace, "fallback", None)):
+        trace.fallback(reason)  # in the run's receipt; an error under BITNET_STRICT_MODE
+    elif (id(provider), op) not in _warned:
+        _warned.add((id(provider), op))
+        log.warning("%s", reason)
     host = [provider.to_host(a) if not isinstance(a, (int, float)) else a for a in args]
     return provider.to_device(np.ascontiguousarray(_REFERENCE[op](*host)))
