@@ -218,7 +218,7 @@ def test_config_errors_name_file_and_tensor(tmp_path, tensors):
     with pytest.raises(UnsupportedModelError, match="architecture 'qwen2' is not a BitNet model"):
         open_model_file(p)
     p = write_gguf(
-        tmp_path / "d.gguf", TINY, tensors, extra_metadata={"bitnet.ffn_activation": "gelu"}
+        tmp_path / "d.gguf", TINY, tensors, extra_metadata={"bitnet.ffn_activation": "geglu"}
     )
     with pytest.raises(ModelFileError, match="unknown ffn_activation"):
         open_model_file(p)

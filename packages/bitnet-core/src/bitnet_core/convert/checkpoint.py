@@ -15,6 +15,7 @@ from ..errors import ModelFileError, UnsupportedModelError
 from ..formats import ternarize_rows
 from ..hal.weights import TernaryWeight
 from ..tokenizer import tokenizer_metadata_from_hf
+from . import hf_qwen3_gemma3 as qk
 from .fallback import plan_fallbacks, summarize
 from .hf_config import HFModelInfo, read_hf_config
 from .names import gguf_name, hf_layer_names
@@ -34,11 +35,19 @@ def _progress(total: int, enabled: bool | None, desc: str) -> Any:
     return tqdm(total=total, desc=desc, unit="tensor", disable=not enabled, leave=False)
 
 
+def _gguf_name(name: str, info: HFModelInfo) -> str | None:
+    if info.arch in qk.MODEL_TYPES.values():
+        return qk.gguf_name(name, info.arch)
+    return gguf_name(name)
+
+
 def _check_names(ckpt: Checkpoint, info: HFModelInfo, src: Path) -> None:
     unknown = []
     for name in ckpt:
-        if gguf_name(name) is not None or name.endswith(_IGNORED_SUFFIXES):
+        if _gguf_name(name, info) is not None or name.endswith(_IGNORED_SUFFIXES):
             continue
+        if info.config.is_embedding and name == "lm_head.weight":
+            continue  # an embedding model has no head
         if info.has_weight_scale and name.endswith(".weight_scale"):
             continue
         unknown.append(name)
@@ -101,16 +110,18 @@ def load_tensors(src: Path, info: HFModelInfo, *, progress: bool | None = None) 
     cfg = info.config
     ckpt = Checkpoint(src)
     _check_names(ckpt, info, src)
+    qk_arch = info.arch in qk.MODEL_TYPES.values()
+    bare = qk_arch and "model.embed_tokens.weight" not in ckpt  # a Qwen3Model/Gemma3TextModel
     plan: list[tuple[str, str, bool]] = [
-        (c.TOKEN_EMBD, "model.embed_tokens.weight", False),
-        (c.OUTPUT_NORM, "model.norm.weight", False),
+        (c.TOKEN_EMBD, "embed_tokens.weight" if bare else "model.embed_tokens.weight", False),
+        (c.OUTPUT_NORM, "norm.weight" if bare else "model.norm.weight", False),
     ]
-    if not cfg.tied_embeddings:
+    if not cfg.tied_embeddings and not cfg.is_embedding:
         plan.append((c.OUTPUT, "lm_head.weight", False))
     ternary = set(c.TERNARY_LAYER_TENSORS)
     for i in range(cfg.num_layers):
         for tmpl in c.TERNARY_LAYER_TENSORS + cfg.layer_norm_tensors():
-            aliases = hf_layer_names(i, tmpl)
+            aliases = qk.hf_names(i, tmpl, info.arch) if qk_arch else hf_layer_names(i, tmpl)
             hf = next((a for a in aliases if a in ckpt), aliases[0])
             plan.append((tmpl.format(i=i), hf, tmpl in ternary))
     missing = [hf for _, hf, _ in plan if hf not in ckpt]
@@ -133,6 +144,8 @@ def load_tensors(src: Path, info: HFModelInfo, *, progress: bool | None = None) 
                     tensors[gguf] = _permute_for_llama_rope(tensors[gguf], gguf, cfg)
             else:
                 tensors[gguf] = np.asarray(ckpt.get(hf), dtype=np.float32)
+                if qk.plus_one(gguf, info.arch):
+                    tensors[gguf] = tensors[gguf] + np.float32(1.0)  # Gemma's x * (1 + w)
                 got = tensors[gguf].shape
             if tuple(got) != tuple(want):
                 raise UnsupportedModelError(f"{hf}: shape {got}, the config implies {want}", src)
@@ -175,6 +188,7 @@ def convert_checkpoint(
     ternary = {n: v for n, v in tensors.items() if isinstance(v, TernaryWeight)}
     fallbacks = plan_fallbacks(ternary, ternary_type)
     extra = {"general.name": info.name or src.name}
+    extra.update(qk.extra_metadata(info.config, tok_meta))
     path = write_gguf(
         out,
         info.config,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..config import ARCH_LLAMA, BitNetConfig, FfnActivation
 from ..errors import ConfigError, UnsupportedModelError
+from .hf_qwen3_gemma3 import is_qk_checkpoint, read_qk_config
 
 _ACTIVATIONS: dict[str, FfnActivation] = {"relu2": "relu2", "silu": "silu", "swish": "silu"}
 _ARCHITECTURES = {"BitNetForCausalLM", "BitnetForCausalLM"}
@@ -84,6 +85,8 @@ def read_hf_config(directory: Path) -> HFModelInfo:
     if quant is not None and not isinstance(quant, dict):
         raise UnsupportedModelError("config.json: quantization_config is not an object", path)
     is_bitnet_quant = isinstance(quant, dict) and quant.get("quant_method") == "bitnet"
+    if is_qk_checkpoint(cfg):
+        return _read_qk(cfg, Path(directory), quant, path)
     is_llama = (
         not archs & _ARCHITECTURES
         and cfg.get("model_type") == "llama"
@@ -146,6 +149,26 @@ def read_hf_config(directory: Path) -> HFModelInfo:
         config=config,
         packed=packed,
         not_converted=skip,
+        name=cfg.get("_name_or_path"),
+        linear=linear,
+        arch=config.arch,
+    )
+
+
+def _read_qk(cfg: dict, directory: Path, quant: dict | None, path: Path) -> HFModelInfo:
+    """A Qwen3/Gemma3 checkpoint (``hf_qwen3_gemma3``): BitNet quantization required."""
+    if not quant:
+        raise UnsupportedModelError(
+            f"a {cfg.get('model_type')} checkpoint without transformers' BitNet "
+            "quantization_config (quant_method 'bitnet') is not a BitNet (1.58-bit) model",
+            path,
+        )
+    linear = _linear_kind(quant, path)
+    config = read_qk_config(cfg, directory, _linear_norm_eps(quant, path))
+    return HFModelInfo(
+        config=config,
+        packed=linear == "bitlinear",
+        not_converted=tuple(quant.get("modules_to_not_convert") or ()),
         name=cfg.get("_name_or_path"),
         linear=linear,
         arch=config.arch,

@@ -9,10 +9,13 @@ from typing import Any
 import numpy as np
 
 from ..config import (
+    ARCH_GEMMA3,
     ATTN_K,
+    ATTN_K_NORM,
     ATTN_NORM,
     ATTN_OUT,
     ATTN_Q,
+    ATTN_Q_NORM,
     ATTN_SUB_NORM,
     ATTN_V,
     DEFAULT_ACTIVATION_BY_ARCH,
@@ -25,6 +28,10 @@ from ..config import (
     KEY_LINEAR_NORM_EPS,
     OUTPUT,
     OUTPUT_NORM,
+    POOLING_BY_GGUF,
+    POST_ATTN_NORM,
+    POST_FFN_NORM,
+    QK_NORM_ARCHS,
     ROPE_STYLE_BY_ARCH,
     TERNARY_LAYER_TENSORS,
     TOKEN_EMBD,
@@ -34,6 +41,11 @@ from ..config import (
 from ..errors import BitnetError, GGUFFormatError, ModelFileError, UnsupportedModelError
 
 KEY_ARCH = "general.architecture"
+#: Gemma3's sliding window, layer pattern and local rope base (transformers' and
+#: llama.cpp's defaults), for files that do not say (bitnet.cpp's embedding files)
+GEMMA3_WINDOW = 512
+GEMMA3_PATTERN = 6
+GEMMA3_LOCAL_THETA = 10000.0
 KEY_TOKENS = "tokenizer.ggml.tokens"
 
 
@@ -92,12 +104,54 @@ def config_from_metadata(
     else:
         raise ModelFileError("cannot tell the vocabulary size (no vocab_size, no tokens)", path)
     act = get("ffn_activation", DEFAULT_ACTIVATION_BY_ARCH[arch])
+    rms_eps = _number(
+        get("attention.layer_norm_rms_epsilon", 1e-5), "attention.layer_norm_rms_epsilon", path
+    )
     linear_eps_key = KEY_LINEAR_NORM_EPS.format(arch=arch)
-    linear_norms = linear_eps_key in metadata
-    linear_eps = _number(metadata[linear_eps_key], linear_eps_key, path) if linear_norms else 1e-6
+    # bitnet.cpp's embedding files have the norms (``*_norm_in``) but no eps key: the model's
+    linear_norms = linear_eps_key in metadata or (
+        arch in QK_NORM_ARCHS and linear_norm_name(ATTN_Q, arch).format(i=0) in set(tensor_names)
+    )
+    linear_eps = (
+        _number(metadata[linear_eps_key], linear_eps_key, path)
+        if linear_eps_key in metadata
+        else (rms_eps if linear_norms else 1e-6)
+    )
+    key_length = _uniform_int(get("attention.key_length", 0), "attention.key_length", path)
+    if key_length and heads > 0 and key_length * heads == hidden:
+        key_length = 0  # hidden / heads, BitNetConfig's default spelling
+    value_length = _uniform_int(get("attention.value_length", 0), "attention.value_length", path)
+    if value_length and value_length != (key_length or (hidden // heads if heads else 0)):
+        raise UnsupportedModelError(
+            f"attention.value_length {value_length} differs from key_length: not supported", path
+        )
+    head_dim = key_length or (hidden // heads if heads > 0 else 0)
     rope_dim = _uniform_int(get("rope.dimension_count", 0), "rope.dimension_count", path)
-    if heads > 0 and hidden % heads == 0 and rope_dim == hidden // heads:
+    if rope_dim == head_dim:
         rope_dim = 0  # the whole head, BitNetConfig's default spelling
+    pooling_code = _uniform_int(get("pooling_type", 0), f"{arch}.pooling_type", path)
+    if pooling_code not in POOLING_BY_GGUF:
+        raise UnsupportedModelError(f"{arch}.pooling_type {pooling_code} is not supported", path)
+    gemma = arch == ARCH_GEMMA3
+    # bitnet.cpp's gemma3 files carry none of these: Gemma3's (llama.cpp's) defaults
+    window = _uniform_int(
+        get("attention.sliding_window", GEMMA3_WINDOW if gemma else 0),
+        "attention.sliding_window",
+        path,
+    )
+    pattern = _uniform_int(
+        get("attention.sliding_window_pattern", GEMMA3_PATTERN if gemma else 0),
+        "attention.sliding_window_pattern",
+        path,
+    )
+    theta_local = _number(
+        get("rope.freq_base_swa", GEMMA3_LOCAL_THETA if gemma else 0.0), "rope.freq_base_swa", path
+    )
+    scalar = _number(
+        get("attention.query_pre_attn_scalar", float(head_dim) if gemma else 0.0),
+        "attention.query_pre_attn_scalar",
+        path,
+    )
     try:
         return BitNetConfig(
             vocab_size=vocab,
@@ -110,11 +164,7 @@ def config_from_metadata(
             ),
             context_length=_uniform_int(get("context_length", 2048), "context_length", path),
             rope_theta=_number(get("rope.freq_base", 10000.0), "rope.freq_base", path),
-            rms_norm_eps=_number(
-                get("attention.layer_norm_rms_epsilon", 1e-5),
-                "attention.layer_norm_rms_epsilon",
-                path,
-            ),
+            rms_norm_eps=rms_eps,
             rope_dim=rope_dim,
             rope_style=ROPE_STYLE_BY_ARCH.get(arch, "neox"),
             ffn_activation=act,
@@ -122,6 +172,13 @@ def config_from_metadata(
             arch=arch,
             linear_norms=linear_norms,
             linear_norm_eps=linear_eps,
+            key_length=key_length,
+            attn_scalar=scalar,
+            embedding_scale=float(np.sqrt(hidden)) if gemma else 1.0,
+            sliding_window=window,
+            sliding_window_pattern=pattern,
+            rope_theta_local=theta_local,
+            pooling=POOLING_BY_GGUF[pooling_code],
         )
     except ModelFileError:
         raise
@@ -147,6 +204,19 @@ def metadata_from_config(config: BitNetConfig) -> dict[str, Any]:
     }
     if config.linear_norms:
         md[KEY_LINEAR_NORM_EPS.format(arch=a)] = float(config.linear_norm_eps)
+    if config.key_length:  # bitnet.cpp writes both: head_dim != hidden / heads
+        md[f"{a}.attention.key_length"] = config.key_length
+        md[f"{a}.attention.value_length"] = config.key_length
+    if config.attn_scalar:
+        md[f"{a}.attention.query_pre_attn_scalar"] = float(config.attn_scalar)
+    if config.sliding_window:
+        md[f"{a}.attention.sliding_window"] = config.sliding_window
+        md[f"{a}.attention.sliding_window_pattern"] = config.sliding_window_pattern
+    if config.rope_theta_local:
+        md[f"{a}.rope.freq_base_swa"] = float(config.rope_theta_local)
+    if config.is_embedding:
+        codes = {v: k for k, v in POOLING_BY_GGUF.items()}
+        md[f"{a}.pooling_type"] = codes[config.pooling]
     return md
 
 
@@ -160,17 +230,22 @@ def ternary_tensor_names(config: BitNetConfig) -> list[str]:
 def iter_expected_shapes(config: BitNetConfig) -> Iterator[tuple[str, tuple[int, ...]]]:
     """``expected_shapes`` one tensor at a time, layer by layer (nothing built up front)."""
     h, ff, kv, v = config.hidden_size, config.intermediate_size, config.kv_dim, config.vocab_size
+    qd, d = config.q_dim, config.head_dim
     yield TOKEN_EMBD, (v, h)
     yield OUTPUT_NORM, (h,)
-    if not config.tied_embeddings:
+    if not config.tied_embeddings and not config.is_embedding:
         yield OUTPUT, (v, h)
     every = {
         ATTN_NORM: (h,),
-        ATTN_Q: (h, h),
+        ATTN_Q: (qd, h),
         ATTN_K: (kv, h),
         ATTN_V: (kv, h),
-        ATTN_OUT: (h, h),
-        ATTN_SUB_NORM: (h,),
+        ATTN_OUT: (h, qd),
+        ATTN_SUB_NORM: (qd,),
+        ATTN_Q_NORM: (d,),
+        ATTN_K_NORM: (d,),
+        POST_ATTN_NORM: (h,),
+        POST_FFN_NORM: (h,),
         FFN_NORM: (h,),
         FFN_GATE: (ff, h),
         FFN_UP: (ff, h),
@@ -178,7 +253,7 @@ def iter_expected_shapes(config: BitNetConfig) -> Iterator[tuple[str, tuple[int,
         FFN_SUB_NORM: (ff,),
     }
     # a BitLinear's input norm has the width of its input (the weight's columns)
-    every.update({linear_norm_name(t): (every[t][1],) for t in TERNARY_LAYER_TENSORS})
+    every.update({config.linear_norm_tensor(t): (every[t][1],) for t in TERNARY_LAYER_TENSORS})
     present = set(TERNARY_LAYER_TENSORS) | set(config.layer_norm_tensors())
     per_layer = {name: shape for name, shape in every.items() if name in present}
     for i in range(config.num_layers):

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ModelFileError, TokenizerError
+from ..errors import ModelFileError, RequestError, TokenizerError
 from ..hal.selection import Selection, StartupSummary, prefetch, select
 from ..sdk.kv_cache import KVCacheConfig
 from ..sdk.runner import GenericRunner
@@ -182,6 +182,48 @@ class Model:
             return self.runner.forward(np.asarray(token_ids), seq, all_logits=True)
 
     # --- text -----------------------------------------------------------------------
+    @property
+    def is_embedding(self) -> bool:
+        """Whether this is an embedding model (``embed``; no text generation)."""
+        return bool(self.config.is_embedding)
+
+    def embed_inputs(
+        self, inputs: str | Sequence[str] | Sequence[Sequence[int]]
+    ) -> list[list[int]]:
+        """Token-id lists of ``inputs``: a text, texts (each encoded as the file asks:
+        Qwen3's end-of-sequence token appended), or token-id lists as they are."""
+        if isinstance(inputs, str):
+            inputs = [inputs]
+        if isinstance(inputs, np.ndarray):
+            inputs = [inputs] if inputs.ndim == 1 else list(inputs)
+        out: list[list[int]] = []
+        for item in inputs:
+            if isinstance(item, str):
+                out.append(self.encode(item))
+            else:
+                ids = np.asarray(item).reshape(-1)
+                if ids.size and not np.issubdtype(ids.dtype, np.integer):
+                    raise RequestError(
+                        f"embed: expected texts or token-id lists, got {item!r}"[:200]
+                    )
+                out.append([int(t) for t in ids])
+        return out
+
+    def embed(
+        self,
+        inputs: str | Sequence[str] | Sequence[Sequence[int]],
+        *,
+        dimensions: int | None = None,
+        normalize: bool = True,
+    ) -> np.ndarray:
+        """Embeddings ``[n, dimensions or hidden]`` (float32, L2-normalized) of texts or
+        token-id lists, all in one batch (``model/embeddings.py``)."""
+        from .embeddings import embed_ids
+
+        return embed_ids(
+            self.runner, self.embed_inputs(inputs), dimensions=dimensions, normalized=normalize
+        )
+
     def _need_tokenizer(self) -> Any:
         if self.tokenizer is None:
             raise TokenizerError(

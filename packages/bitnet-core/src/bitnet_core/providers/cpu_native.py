@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, QuantizationError, ShapeError, UnsupportedOperationError
+from ..hal.extra_ops import attention_window_ref, gelu_mul_ref
 from ..hal.provider import Availability, RopeStyle
 from ..hal.switches import env_int
 from ..hal.weights import TernaryWeight
@@ -351,13 +352,17 @@ class NativeCpuProvider(ReferenceProvider):
 
         if not fused_enabled():
             return None
-        if weights.config.linear_norms:
+        cfg = weights.config
+        if cfg.linear_norms or cfg.qk_norms or cfg.is_embedding:
             from ..sdk.runner import generic_engine_fallback
 
+            what = "BitLinear input norms (use_rms_norm)" if cfg.linear_norms else "QK norms"
+            if cfg.is_embedding and not cfg.linear_norms:
+                what = "pooled embeddings"
             generic_engine_fallback(
                 self,
-                f"{self.name}: the fused forward pass has no BitLinear input norms "
-                "(use_rms_norm); the generic engine runs this model",
+                f"{self.name}: the fused forward pass has no {what} ({cfg.arch} graph); "
+                "the generic engine runs this model",
             )
             return None
         return FusedCpuRunner(self, weights, **opts)
@@ -380,6 +385,16 @@ class NativeCpuProvider(ReferenceProvider):
 
     def silu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
         return self._run("silu_mul", _f32(gate), _f32(up))
+
+    def gelu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        """``gelu_tanh(gate) * up`` (``hal.extra_ops``; numpy)."""
+        return gelu_mul_ref(gate, up)
+
+    def attention_window(
+        self, q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, start: int, window: int
+    ) -> np.ndarray:
+        """``attention`` over the last ``window`` positions (``hal.extra_ops``; numpy)."""
+        return attention_window_ref(q, k_cache, v_cache, start, window)
 
     def relu2_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
         return self._run("relu2_mul", _f32(gate), _f32(up))

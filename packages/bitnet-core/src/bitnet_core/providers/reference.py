@@ -14,6 +14,7 @@ import numpy as np
 from .._version import __version__
 from ..errors import ShapeError
 from ..formats.absmax import quantize_act_ref
+from ..hal.extra_ops import attention_window_ref, gelu_mul_ref
 from ..hal.provider import Availability, RopeStyle
 from ..hal.weights import TernaryWeight
 from ..sdk.host_memory import lazy_zeros
@@ -159,6 +160,16 @@ class ReferenceProvider(DeviceProvider):
 
     def relu2_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
         return (self.relu2(gate).astype(np.float64) * up).astype(np.float32)
+
+    def gelu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        """``gelu_tanh(gate) * up`` (``hal.extra_ops``: Gemma3's feed-forward)."""
+        return gelu_mul_ref(gate, up)
+
+    def attention_window(
+        self, q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, start: int, window: int
+    ) -> np.ndarray:
+        """``attention`` over the last ``window`` positions (``hal.extra_ops``)."""
+        return attention_window_ref(q, k_cache, v_cache, start, window)
 
     def add(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return (np.asarray(a, np.float32) + np.asarray(b, np.float32)).astype(np.float32)

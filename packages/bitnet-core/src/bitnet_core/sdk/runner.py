@@ -18,6 +18,15 @@ In the ``llama`` graph (``config.sub_norms`` false: HF1BitLLM's and Falcon-Edge'
 ``linear(rmsnorm(h, W_in_norm, linear_norm_eps), W)``: each BitLinear normalizes
 its own input with its own weight before the activation quantization.
 
+The ``qwen3`` and ``gemma3`` graphs (``config.qk_norms``; bitnet.cpp's embedding
+models) differ in four places: q and k are RMS-normalized per head before rope
+(``attn_q_norm``/``attn_k_norm``; the q norm carries the query scale of Gemma's
+``query_pre_attn_scalar``); head_dim is ``config.key_length``; Gemma3 normalizes the
+attention and FFN outputs before each residual add (``post_attention_norm``,
+``post_ffw_norm``), multiplies the embeddings by sqrt(hidden) (folded into the table at
+upload), uses GELU (tanh) and, on its local layers, attends through a sliding window
+with a rope base of their own (``extra_ops``: ``gelu_mul``, ``attention_window``).
+
 then ``logits = matmul_dense(rmsnorm(x, output_norm), head)`` with the head
 the tied ``token_embd`` (or ``output.weight``). A forward call appends all its
 tokens to the sequence at once (prefill is one ``[T, ...]`` batch; decode is
@@ -43,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, ShapeError
+from ..hal import extra_ops
 from .kv_cache import KVCache, KVCacheConfig, Sequence, resolve_kv_dtype
 from .memory_pool import MemoryPool
 from .weights import DeviceWeights, LayerWeights, ModelWeights, check_token_ids
@@ -72,6 +82,13 @@ def make_reshape(provider: Any) -> Callable[[Any, tuple[int, ...]], Any]:
         return provider.to_device(np.ascontiguousarray(provider.to_host(x)).reshape(shape))
 
     return reshape
+
+
+#: the error of logits/generation on an embedding model
+NO_HEAD = (
+    "this is an embedding model: it has no output head to generate text or logits with "
+    "(use bitnet embed, Model.embed or /v1/embeddings)"
+)
 
 
 def generic_engine_fallback(provider: Any, reason: str) -> None:
@@ -122,7 +139,11 @@ class GenericRunner:
         )
         self._reshape = make_reshape(provider)
         self._lock = threading.Lock()  # one forward at a time: the device and cache are shared
-        self._ffn = provider.silu_mul if cfg.ffn_activation == "silu" else provider.relu2_mul
+        self._ffn = {
+            "silu": provider.silu_mul,
+            "relu2": provider.relu2_mul,
+            "gelu": lambda g, u: extra_ops.run(provider, "gelu_mul", g, u),
+        }[cfg.ffn_activation]
         self._lin = provider.linear if quantize_activations else provider.matmul_ternary_float
 
     @property
@@ -187,18 +208,37 @@ class GenericRunner:
             x = self._provider.rmsnorm(x, norm, self.config.linear_norm_eps)
         return self._lin(x, getattr(lw, key))
 
-    def _attention_inputs(self, x: Any, lw: LayerWeights, positions: np.ndarray) -> tuple:
+    def _attention_inputs(
+        self, x: Any, lw: LayerWeights, positions: np.ndarray, layer: int = 0
+    ) -> tuple:
         """Layer ``lw``'s attention norm, then q ``[T, Hq, D]`` and k, v ``[T, Hkv, D]``
-        (q and k rotated at ``positions``)."""
+        (q and k head-normed where the model has QK norms, rotated at ``positions``
+        with layer ``layer``'s rope base)."""
         p, cfg = self._provider, self.config
         t, d, view = int(positions.size), cfg.head_dim, self._reshape
         h = p.rmsnorm(x, lw.attn_norm, cfg.rms_norm_eps)
-        q = view(self._project(h, lw, "q"), (t, cfg.num_heads, d))
-        k = view(self._project(h, lw, "k"), (t, cfg.num_kv_heads, d))
+        q = self._project(h, lw, "q")
+        k = self._project(h, lw, "k")
+        if lw.q_norm is not None:  # per head: rows of head_dim
+            q = p.rmsnorm(view(q, (t * cfg.num_heads, d)), lw.q_norm, cfg.rms_norm_eps)
+            k = p.rmsnorm(view(k, (t * cfg.num_kv_heads, d)), lw.k_norm, cfg.rms_norm_eps)
+        q = view(q, (t, cfg.num_heads, d))
+        k = view(k, (t, cfg.num_kv_heads, d))
         v = view(self._project(h, lw, "v"), (t, cfg.num_kv_heads, d))
-        q = p.rope(q, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim)
-        k = p.rope(k, positions, cfg.rope_theta, cfg.rope_style, cfg.rot_dim)
+        theta = cfg.layer_rope_theta(layer)
+        q = p.rope(q, positions, theta, cfg.rope_style, cfg.rot_dim)
+        k = p.rope(k, positions, theta, cfg.rope_style, cfg.rot_dim)
         return q, k, v
+
+    def _attend(self, q: Any, k_cache: Any, v_cache: Any, start: int, t: int, layer: int) -> Any:
+        """``attention`` of ``t`` queries, through the sliding window on a local layer once
+        a query reaches past it."""
+        cfg = self.config
+        if cfg.layer_is_local(layer) and start + t > cfg.sliding_window:
+            return extra_ops.run(
+                self._provider, "attention_window", q, k_cache, v_cache, start, cfg.sliding_window
+            )
+        return self._provider.attention(q, k_cache, v_cache, start)
 
     def _layer_tail(self, x: Any, a: Any, lw: LayerWeights) -> Any:
         """The residual stream ``x`` after layer ``lw``, given its attention output ``a``
@@ -206,12 +246,18 @@ class GenericRunner:
         p, eps = self._provider, self.config.rms_norm_eps
         if lw.attn_sub_norm is not None:
             a = p.rmsnorm(a, lw.attn_sub_norm, eps)
-        x = p.add(x, self._project(a, lw, "o"))
+        o = self._project(a, lw, "o")
+        if lw.post_attn_norm is not None:
+            o = p.rmsnorm(o, lw.post_attn_norm, eps)
+        x = p.add(x, o)
         h = p.rmsnorm(x, lw.ffn_norm, eps)
         f = self._ffn(self._project(h, lw, "gate"), self._project(h, lw, "up"))
         if lw.ffn_sub_norm is not None:
             f = p.rmsnorm(f, lw.ffn_sub_norm, eps)
-        return p.add(x, self._project(f, lw, "down"))
+        f = self._project(f, lw, "down")
+        if lw.post_ffn_norm is not None:
+            f = p.rmsnorm(f, lw.post_ffn_norm, eps)
+        return p.add(x, f)
 
     def _step_ids(self, token_ids: Any) -> np.ndarray:
         ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)
@@ -220,9 +266,11 @@ class GenericRunner:
         check_token_ids(ids, self.config.vocab_size)
         return ids
 
-    def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+    def _forward_batch(
+        self, batch: list[tuple[np.ndarray, Sequence]], hidden: bool = False
+    ) -> np.ndarray:
         p, cfg, w = self._provider, self.config, self.weights
-        if len(batch) == 1:
+        if len(batch) == 1 and not hidden:
             ids, cache = batch[0]
             return self._forward(ids, cache, False)[None]
         counts = [int(ids.size) for ids, _ in batch]
@@ -234,6 +282,8 @@ class GenericRunner:
             [np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, counts, strict=True)]
         )
         hq, hkv, d, view = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, self._reshape
+        if w.head is None and not hidden:
+            raise ShapeError(NO_HEAD)
 
         def rows(x: Any, j: int, heads: int) -> Any:  # sequence j's rows of x [T, heads * d]
             sel = np.arange(offsets[j], offsets[j + 1], dtype=np.int64)
@@ -241,7 +291,7 @@ class GenericRunner:
 
         x = p.embedding(w.embedding, ids_all)
         for i, lw in enumerate(w.layers):
-            q, k, v = self._attention_inputs(x, lw, positions)
+            q, k, v = self._attention_inputs(x, lw, positions, i)
             q, k, v = view(q, (t, hq * d)), view(k, (t, hkv * d)), view(v, (t, hkv * d))
             a = p.empty((t, hq, d), np.float32)  # the sequences' outputs, stored row by row
             for j, (_, cache) in enumerate(batch):
@@ -249,11 +299,15 @@ class GenericRunner:
                 p.kv_store(k_cache, rows(k, j, hkv), starts[j])
                 p.kv_store(v_cache, rows(v, j, hkv), starts[j])
                 p.kv_store(
-                    a, p.attention(rows(q, j, hq), k_cache, v_cache, starts[j]), int(offsets[j])
+                    a,
+                    self._attend(rows(q, j, hq), k_cache, v_cache, starts[j], counts[j], i),
+                    int(offsets[j]),
                 )
             x = self._layer_tail(x, view(a, (t, hq * d)), lw)
         for n, (_, cache) in zip(counts, batch, strict=True):
             cache.advance(n)
+        if hidden:  # every token's final hidden state (embeddings are pooled from these)
+            return np.asarray(p.to_host(p.rmsnorm(x, w.output_norm, cfg.rms_norm_eps)), np.float32)
         x = p.embedding(x, offsets[1:] - 1)  # each sequence's last token
         x = p.rmsnorm(x, w.output_norm, cfg.rms_norm_eps)
         return np.asarray(p.to_host(p.matmul_dense(x, w.head)), dtype=np.float32)
@@ -264,20 +318,53 @@ class GenericRunner:
         start = cache.length
         cache.reserve(start + t)
         positions = np.arange(start, start + t, dtype=np.int64)
+        if w.head is None:
+            raise ShapeError(NO_HEAD)
         x = p.embedding(w.embedding, ids)
         for i, lw in enumerate(w.layers):
-            q, k, v = self._attention_inputs(x, lw, positions)
+            q, k, v = self._attention_inputs(x, lw, positions, i)
             k_cache, v_cache = cache.layer(i)
             p.kv_store(k_cache, k, start)
             p.kv_store(v_cache, v, start)
-            a = p.attention(q, k_cache, v_cache, start)
-            x = self._layer_tail(x, self._reshape(a, (t, cfg.num_heads * cfg.head_dim)), lw)
+            a = self._attend(q, k_cache, v_cache, start, t, i)
+            x = self._layer_tail(x, self._reshape(a, (t, cfg.q_dim)), lw)
         cache.advance(t)
         if not all_logits and t > 1:
             x = p.embedding(x, np.array([t - 1], dtype=np.int64))  # row gather: the last token
         x = p.rmsnorm(x, w.output_norm, cfg.rms_norm_eps)
         logits = np.asarray(p.to_host(p.matmul_dense(x, w.head)), dtype=np.float32)
         return logits if all_logits else logits[-1]
+
+    def hidden_states(self, sequences: SequenceOf[Any]) -> list[np.ndarray]:
+        """The final (output-normed) hidden states ``[T_j, hidden]`` of each token-id list of
+        ``sequences``, each from an empty cache, all through the matmuls as one batch
+        (an embedding model's forward; nothing is kept). Long inputs go in chunks of
+        ``max_batch`` tokens per sequence."""
+        batch = [self._step_ids(ids) for ids in sequences]
+        if not batch:
+            return []
+        caches = [self.new_cache(int(ids.size)) for ids in batch]
+        try:
+            outs: list[list[np.ndarray]] = [[] for _ in batch]
+            step = self.max_batch
+            longest = max(int(ids.size) for ids in batch)
+            for lo in range(0, longest, step):
+                live = [j for j, ids in enumerate(batch) if ids.size > lo]
+                with self._lock:
+                    for j in live:
+                        caches[j].reserve(min(int(batch[j].size), lo + step))
+                    h = self._forward_batch(
+                        [(batch[j][lo : lo + step], caches[j]) for j in live], hidden=True
+                    )
+                at = 0
+                for j in live:
+                    n = min(int(batch[j].size), lo + step) - lo
+                    outs[j].append(h[at : at + n])
+                    at += n
+            return [np.concatenate(parts) for parts in outs]
+        finally:
+            for cache in caches:
+                cache.close()
 
     def logits(self, token_ids: Any) -> np.ndarray:
         """All-position logits ``[T, vocab]`` of ``token_ids`` from an empty cache (teacher forcing)."""

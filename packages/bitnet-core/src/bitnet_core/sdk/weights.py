@@ -39,6 +39,10 @@ LAYER_NORMS = {
     "attn_sub_norm": names.ATTN_SUB_NORM,
     "ffn_norm": names.FFN_NORM,
     "ffn_sub_norm": names.FFN_SUB_NORM,
+    "q_norm": names.ATTN_Q_NORM,
+    "k_norm": names.ATTN_K_NORM,
+    "post_attn_norm": names.POST_ATTN_NORM,
+    "post_ffn_norm": names.POST_FFN_NORM,
 }
 
 
@@ -82,6 +86,8 @@ class ModelWeights:
     @property
     def head_name(self) -> str:
         """The output projection: ``output.weight``, or the tied ``token_embd.weight``."""
+        if self.config.is_embedding:
+            return ""  # no head
         if not self.config.tied_embeddings and names.OUTPUT in self.dense:
             return names.OUTPUT
         return names.TOKEN_EMBD
@@ -112,8 +118,11 @@ class ModelWeights:
 class LayerWeights:
     """One layer's tensors on the device (provider handles).
 
-    ``attn_sub_norm``/``ffn_sub_norm`` are None in the ``llama`` graph (no sub-norms);
-    ``in_norms`` maps a BitLinear (``"q"`` ... ``"down"``) to the RMSNorm weight of its
+    ``attn_sub_norm``/``ffn_sub_norm`` are None in the ``llama``, ``qwen3`` and
+    ``gemma3`` graphs (no sub-norms); ``q_norm``/``k_norm`` (QK head norms, ``[head_dim]``)
+    only in ``qwen3``/``gemma3``, ``q_norm`` times ``sqrt(head_dim / attn_scalar)`` (the
+    attention's own scale is ``1/sqrt(head_dim)``); ``post_attn_norm``/``post_ffn_norm``
+    only in ``gemma3``; ``in_norms`` maps a BitLinear (``"q"`` ... ``"down"``) to the RMSNorm weight of its
     input when the model has them (``use_rms_norm``), else it is empty.
     """
 
@@ -129,11 +138,16 @@ class LayerWeights:
     up: Any
     down: Any
     in_norms: dict[str, Any] = field(default_factory=dict)
+    q_norm: Any = None
+    k_norm: Any = None
+    post_attn_norm: Any = None
+    post_ffn_norm: Any = None
 
 
 @dataclass
 class DeviceWeights:
-    """A model's tensors resident on one provider's device."""
+    """A model's tensors resident on one provider's device (``embedding`` already times
+    ``config.embedding_scale``; ``head`` None for an embedding model)."""
 
     embedding: Any
     head: Any
@@ -147,14 +161,17 @@ class DeviceWeights:
         """``load_ternary``/``to_device`` every tensor once, with a progress bar on a terminal."""
         cfg = weights.config
         norms = {k: n for k, n in LAYER_NORMS.items() if n in cfg.layer_norm_tensors()}
-        in_norms = {k: names.linear_norm_name(n) for k, n in LAYER_TERNARY.items()}
+        in_norms = {k: cfg.linear_norm_tensor(n) for k, n in LAYER_TERNARY.items()}
         if not cfg.linear_norms:
             in_norms = {}
         steps = 3 + cfg.num_layers * (len(LAYER_TERNARY) + len(norms) + len(in_norms))
         with _progress(steps, progress, "loading " + _short(weights.source)) as bar:
 
-            def dense(name: str) -> Any:
-                out = provider.to_device(host_dense_for(provider, weights.dense[name]))
+            def dense(name: str, scale: float = 1.0) -> Any:
+                arr = host_dense_for(provider, weights.dense[name])
+                if scale != 1.0:  # folded in once (the embedding scale, the q scale)
+                    arr = scaled(arr, scale)
+                out = provider.to_device(arr)
                 bar.update(1)
                 return out
 
@@ -163,19 +180,38 @@ class DeviceWeights:
                 bar.update(1)
                 return out
 
-            embedding = dense(names.TOKEN_EMBD)
-            head = embedding if weights.head_name == names.TOKEN_EMBD else dense(names.OUTPUT)
-            if head is embedding:
+            embedding = dense(names.TOKEN_EMBD, cfg.embedding_scale)
+            if cfg.is_embedding:
+                head = None
+            elif weights.head_name == names.TOKEN_EMBD and cfg.embedding_scale == 1.0:
+                head = embedding
+            else:
+                head = dense(weights.head_name)
+            if head is embedding or head is None:
                 bar.update(1)
             output_norm = dense(names.OUTPUT_NORM)
+            q_scale = float(np.sqrt(cfg.head_dim / cfg.attn_scalar)) if cfg.attn_scalar else 1.0
             layers = []
             for i in range(cfg.num_layers):
                 parts = {k: None for k in LAYER_NORMS}
-                parts.update({k: dense(n.format(i=i)) for k, n in norms.items()})
+                parts.update(
+                    {
+                        k: dense(n.format(i=i), q_scale if k == "q_norm" else 1.0)
+                        for k, n in norms.items()
+                    }
+                )
                 parts.update({k: ternary(n.format(i=i)) for k, n in LAYER_TERNARY.items()})
                 own = {k: dense(n.format(i=i)) for k, n in in_norms.items()}
                 layers.append(LayerWeights(**parts, in_norms=own))
         return cls(embedding, head, output_norm, layers)
+
+
+def scaled(arr: np.ndarray | BF16Array, scale: float) -> np.ndarray:
+    """``arr * scale`` in float32 (a float16 table stays float16)."""
+    if isinstance(arr, BF16Array):
+        arr = arr.to_float32()
+    out = np.asarray(arr, dtype=np.float32) * np.float32(scale)
+    return out.astype(np.float16) if arr.dtype == np.float16 else out
 
 
 def host_dense_for(provider: Any, arr: np.ndarray | BF16Array) -> np.ndarray | BF16Array:

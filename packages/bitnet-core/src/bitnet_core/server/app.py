@@ -1,7 +1,7 @@
 """The OpenAI-compatible HTTP API of ``bitnet serve`` (FastAPI + uvicorn).
 
 Endpoints: ``/v1/completions``, ``/v1/chat/completions`` (both with
-``stream: true`` as server-sent events), ``/v1/models``, ``/health``,
+``stream: true`` as server-sent events), ``/v1/embeddings`` (``embeddings.py``), ``/v1/models``, ``/health``,
 ``/metrics`` (Prometheus text), ``/`` (a minimal chat page). Every error is
 an OpenAI-style body with a 4xx status; generation runs on the scheduler's
 worker thread, never on the event loop.
@@ -28,6 +28,7 @@ from .._version import __version__
 from ..errors import BitnetError, ConfigError, ContextLengthError
 from ..model.processors import LogprobRecorder
 from .auth import ApiKeyAuth
+from .embeddings import register as register_embeddings
 from .limits import BodyLimit
 from .logprobs import chat_logprobs, completion_logprobs
 from .metrics import Latencies, render_metrics
@@ -74,6 +75,7 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         scheduler.close()
+        close_embeddings()
 
     app = FastAPI(
         title="bitnet", version=__version__, docs_url=None, redoc_url=None, lifespan=lifespan
@@ -105,6 +107,9 @@ def create_app(
         return JSONResponse(
             error_body(str(exc.detail), code=str(exc.status_code)), status_code=exc.status_code
         )
+
+    # /v1/embeddings, and 400s on the generation routes for an embedding model
+    close_embeddings = register_embeddings(app, model, model_name)
 
     # --- helpers --------------------------------------------------------------------
     def check_model(req: _Sampling) -> None:

@@ -92,6 +92,26 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
     ),
 }  # fmt: skip
 
+#: Embedding models (bitnet.cpp's qwen3/gemma3 graphs): head_dim != hidden/heads, QK and
+#: BitLinear input norms; Gemma3 with GELU, post-norms, scaled embeddings, a query
+#: scalar, and local layers (window 4) beside global ones, checked on inputs past it.
+EMBED_CONFIGS: dict[str, dict[str, Any]] = {
+    "qwen3": dict(
+        vocab_size=97, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+        intermediate_size=96, context_length=40, arch="qwen3", key_length=24,
+        linear_norms=True, pooling="last", rms_norm_eps=1e-6, rope_theta=1e6,
+    ),
+    "gemma3": dict(
+        vocab_size=97, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=1,
+        intermediate_size=96, context_length=40, arch="gemma3", key_length=32,
+        linear_norms=True, pooling="mean", rms_norm_eps=1e-6, ffn_activation="gelu",
+        attn_scalar=20.0, embedding_scale=8.0, sliding_window=4, sliding_window_pattern=2,
+        rope_theta_local=1e4, rope_theta=1e6,
+    ),
+}  # fmt: skip
+#: cosine floor of a backend's embeddings against the reference provider's
+EMBED_COSINE = 0.9999
+
 #: The model written to GGUF per format (block formats need multiples of 256).
 FILE_CONFIG: dict[str, Any] = dict(
     vocab_size=300, hidden_size=256, num_layers=1, num_heads=4, num_kv_heads=2,
@@ -283,6 +303,36 @@ def check_file(provider: Any, fmt: str, tables: str = "f16") -> None:
     )
 
 
+def check_embed(provider: Any, config_name: str) -> None:
+    """Embeddings of three inputs (one past the window) in one batch: cosine with the
+    reference provider's >= ``EMBED_COSINE`` each."""
+    from ..config import BitNetConfig
+    from ..model import random_weights
+    from ..model.embeddings import embed_ids
+
+    weights = random_weights(BitNetConfig(**EMBED_CONFIGS[config_name]), seed=11)
+    kv = _kv_config(provider)
+    key = f"embed-{config_name}/{kv.dtype}"
+    if key not in _REFERENCE_RUNNERS:
+        from ..model import GenericRunner
+        from ..providers.reference import ReferenceProvider
+
+        _REFERENCE_RUNNERS[key] = GenericRunner(
+            ReferenceProvider(), weights, progress=False, kv_cache=kv
+        )
+    rng = np.random.default_rng(6)
+    vocab = EMBED_CONFIGS[config_name]["vocab_size"]
+    inputs = [rng.integers(0, vocab, n).tolist() for n in (9, 3, 6)]
+    want = embed_ids(_REFERENCE_RUNNERS[key], inputs)
+    got = embed_ids(_provider_backend(provider, weights), inputs)
+    cos = np.sum(got * want, axis=1)
+    if cos.min() < EMBED_COSINE:
+        raise AssertionError(
+            f"{config_name} embeddings: cosine with the reference {cos.round(6).tolist()} "
+            f"(floor {EMBED_COSINE})"
+        )
+
+
 def model_checks() -> list[ModelCheck]:
     """The whole-model checks (one that skips with the reason when the engine is missing)."""
     if not engine_available():
@@ -294,6 +344,10 @@ def model_checks() -> list[ModelCheck]:
             checks.append(
                 ModelCheck(f"{kind}-{config_name}", lambda p, f=fn, c=config_name: f(p, c))
             )
+    for config_name in EMBED_CONFIGS:
+        checks.append(
+            ModelCheck(f"embed-{config_name}", lambda p, c=config_name: check_embed(p, c))
+        )
     if importlib.util.find_spec("bitnet_core.gguf") is not None:
         for fmt in FILE_FORMATS:
             checks.append(ModelCheck(f"file-{fmt}", lambda p, f=fmt: check_file(p, f)))

@@ -11,7 +11,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "convert",
         help="convert a Hugging Face BitNet checkpoint (safetensors) to GGUF",
-        description="Convert a checkpoint saved by transformers' BitNetForCausalLM "
+        description="Convert a checkpoint saved by transformers' BitNetForCausalLM, a "
+        "llama checkpoint with BitNet quantization, or a BitNet embedding model (Qwen3 or "
+        "Gemma3 with BitNet quantization, sentence-transformers pooling files) "
         "(config.json, safetensors, tokenizer files) to a GGUF file.",
     )
     p.add_argument("src", help="checkpoint directory")
