@@ -1,7 +1,9 @@
 // Packed weights of the CPU kernels (see tensors.h) and their Python bindings.
 #include "tensors.h"
 
+#include "head_i8.h"
 #include "threadpool.h"
+#include "unpack.h"
 
 #include <algorithm>
 #include <atomic>
@@ -130,62 +132,184 @@ std::shared_ptr<TernaryMatrix> TernaryMatrix::from_tq2_0(py::array raw, int64_t 
     return m;
 }
 
+namespace {
+
+// m's kp and row_bytes for `layout` (i2_128 or tq1_160), and its buffer
+void init_layout(TernaryMatrix &m, const std::string &layout) {
+    m.layout = layout;
+    if (layout == "i2_128") {
+        m.kp = round_up(std::max<int64_t>(m.cols, 1), kI2Block);
+        m.row_bytes = m.kp / 4;
+    } else if (layout == "tq1_160") {
+        m.kp = round_up(std::max<int64_t>(m.cols, 1), kTQ1Block);
+        m.row_bytes = m.kp / kTQ1Block * 32;
+    } else {
+        throw std::invalid_argument("unknown ternary layout '" + layout + "' (i2_128, tq1_160)");
+    }
+    m.data = weight_buffer(m.nbytes());
+    m.ptr = m.data.get();
+}
+
+// one row of codes [cols] into m's layout at out; false if a code is not ternary
+bool pack_row(const TernaryMatrix &m, const int8_t *cr, uint8_t *out) {
+    bool bad = false;
+    auto code = [&](int64_t col) -> int {
+        if (col >= m.cols) return 1;
+        int v = cr[col];
+        if (v < -1 || v > 1) bad = true;
+        return v + 1;
+    };
+    if (m.layout == "i2_128") {
+        for (int64_t b = 0; b < m.kp / kI2Block; ++b)
+            for (int j = 0; j < 32; ++j) {
+                int byte = 0;
+                for (int i = 0; i < 4; ++i) byte |= code(b * kI2Block + 32 * i + j) << (2 * i);
+                out[b * 32 + j] = static_cast<uint8_t>(byte);
+            }
+    } else {
+        for (int64_t b = 0; b < m.kp / kTQ1Block; ++b)
+            for (int j = 0; j < 32; ++j) {
+                int v = 0;
+                for (int i = 0; i < 5; ++i) v = v * 3 + code(b * kTQ1Block + 32 * i + j);
+                int q = (v * 256 + 242) / 243;
+                out[b * 32 + j] = static_cast<uint8_t>(q ^ 0x80);
+            }
+    }
+    return !bad;
+}
+
+}  // namespace
+
 std::shared_ptr<TernaryMatrix> TernaryMatrix::from_codes(CArray<int8_t> codes, CArray<float> scales,
                                                          const std::string &layout,
                                                          const std::string &name) {
     if (codes.ndim() != 2) throw std::invalid_argument(name + ": ternary codes must be 2-D");
     auto m = std::make_shared<TernaryMatrix>();
     m->name = name;
-    m->layout = layout;
     m->rows = codes.shape(0);
     m->cols = codes.shape(1);
     if (scales.ndim() != 1 || scales.shape(0) != m->rows)
         throw std::invalid_argument(name + ": need one scale per row");
-    if (layout == "i2_128") {
-        m->kp = round_up(std::max<int64_t>(m->cols, 1), kI2Block);
-        m->row_bytes = m->kp / 4;
-    } else if (layout == "tq1_160") {
-        m->kp = round_up(std::max<int64_t>(m->cols, 1), kTQ1Block);
-        m->row_bytes = m->kp / kTQ1Block * 32;
-    } else {
-        throw std::invalid_argument("unknown ternary layout '" + layout + "' (i2_128, tq1_160)");
-    }
-    m->data = weight_buffer(m->nbytes());
-    m->ptr = m->data.get();
+    init_layout(*m, layout);
     m->scales.assign(scales.data(), scales.data() + m->rows);
-    const int8_t *c = codes.data();
-    bool bad = false;
+    struct Ctx {
+        const int8_t *codes;
+        TernaryMatrix *m;
+        std::atomic<bool> bad{false};
+    } ctx{codes.data(), m.get()};
     {
         py::gil_scoped_release nogil;
-        for (int64_t r = 0; r < m->rows; ++r) {
-            const int8_t *cr = c + r * m->cols;
-            uint8_t *out = m->data.get() + r * m->row_bytes;
-            auto code = [&](int64_t col) -> int {
-                if (col >= m->cols) return 1;
-                int v = cr[col];
-                if (v < -1 || v > 1) bad = true;
-                return v + 1;
-            };
-            if (layout == "i2_128") {
-                for (int64_t b = 0; b < m->kp / kI2Block; ++b)
-                    for (int j = 0; j < 32; ++j) {
-                        int byte = 0;
-                        for (int i = 0; i < 4; ++i) byte |= code(b * kI2Block + 32 * i + j) << (2 * i);
-                        out[b * 32 + j] = static_cast<uint8_t>(byte);
-                    }
-            } else {
-                for (int64_t b = 0; b < m->kp / kTQ1Block; ++b)
-                    for (int j = 0; j < 32; ++j) {
-                        int v = 0;
-                        for (int i = 0; i < 5; ++i) v = v * 3 + code(b * kTQ1Block + 32 * i + j);
-                        int q = (v * 256 + 242) / 243;
-                        out[b * 32 + j] = static_cast<uint8_t>(q ^ 0x80);
-                    }
-            }
-        }
+        parallel_for(m->rows, 64, 0, [](void *c, int64_t r0, int64_t r1) {
+            auto *x = static_cast<Ctx *>(c);
+            const TernaryMatrix &w = *x->m;
+            for (int64_t r = r0; r < r1; ++r)
+                if (!pack_row(w, x->codes + r * w.cols, w.data.get() + r * w.row_bytes))
+                    x->bad.store(true, std::memory_order_relaxed);
+        }, &ctx);
     }
-    if (bad) throw std::domain_error(name + ": ternary codes must be in {-1, 0, +1}");
+    if (ctx.bad.load()) throw std::domain_error(name + ": ternary codes must be in {-1, 0, +1}");
     return m;
+}
+
+namespace {
+
+// `raw` as the C-contiguous bytes of a [rows, cols] tensor in `format`
+RawTensor raw_tensor(const std::string &format, const CArray<uint8_t> &bytes, int64_t rows, int64_t cols,
+                     const std::string &name) {
+    RawTensor t{RawFormat::I2_S, nullptr, rows, cols};
+    if (!parse_raw_format(format, t.fmt))
+        throw std::invalid_argument(name + ": no native reader for '" + format + "' (i2_s, tq2_0, tq1_0)");
+    const int64_t need = rows > 0 ? raw_nbytes(t.fmt, rows, cols) : -1;
+    if (need < 0 || !bytes || bytes.size() < need)
+        throw std::invalid_argument(name + ": " + format + " data does not fit the shape");
+    t.data = bytes.data();
+    return t;
+}
+
+// the per-row scale factor of llama.cpp's blk.N.<name>.scale tensors: 1 or rows values
+void apply_factor(std::vector<float> &scales, const py::object &factor, const std::string &name) {
+    if (factor.is_none()) return;
+    auto f = CArray<float>::ensure(factor);
+    const int64_t n = f ? f.size() : -1;
+    const int64_t rows = static_cast<int64_t>(scales.size());
+    if (n != 1 && n != rows) throw std::invalid_argument(name + ": the scale factor does not fit the rows");
+    for (int64_t r = 0; r < rows; ++r) scales[r] *= f.data()[n == 1 ? 0 : r];
+}
+
+struct RawCtx {
+    RawTensor t;
+    TernaryMatrix *m;      // from_raw: pack into m
+    int8_t *codes;         // unpack_raw: codes [rows, cols] here
+    float *scales;         // [rows]
+    std::atomic<int> err{kRowOk};
+    void fail(int e) {
+        int none = kRowOk;
+        err.compare_exchange_strong(none, e);
+    }
+};
+
+void raw_rows(void *c, int64_t r0, int64_t r1) {
+    auto *x = static_cast<RawCtx *>(c);
+    const RawTensor &t = x->t;
+    std::vector<int8_t> row;
+    for (int64_t r = r0; r < r1 && !x->err.load(std::memory_order_relaxed); ++r) {
+        int e = kRowOk;
+        if (!x->m) {
+            e = decode_row(t, r, x->codes + r * t.cols, x->scales[r]);
+        } else if (x->m->layout == "i2_128" && has_direct_i2(t.fmt)) {
+            e = repack_row_i2(t, r, x->m->data.get() + r * x->m->row_bytes, x->scales[r]);
+        } else {
+            row.resize(static_cast<size_t>(t.cols));
+            e = decode_row(t, r, row.data(), x->scales[r]);
+            if (!e) pack_row(*x->m, row.data(), x->m->data.get() + r * x->m->row_bytes);
+        }
+        if (e) x->fail(e);
+    }
+}
+
+void run_raw_rows(RawCtx &ctx, int threads, const std::string &name) {
+    {
+        py::gil_scoped_release nogil;
+        parallel_for(ctx.t.rows, 16, threads, raw_rows, &ctx);
+    }
+    if (const int e = ctx.err.load())
+        throw std::invalid_argument(name + ": not read natively (" + row_error_text(e) + ")");
+}
+
+}  // namespace
+
+std::shared_ptr<TernaryMatrix> TernaryMatrix::from_raw(const std::string &format, py::array raw, int64_t rows,
+                                                       int64_t cols, const std::string &layout,
+                                                       const std::string &name, py::object factor,
+                                                       int threads) {
+    auto bytes = CArray<uint8_t>::ensure(raw);
+    auto m = std::make_shared<TernaryMatrix>();
+    m->name = name;
+    m->rows = rows;
+    m->cols = cols;
+    RawCtx ctx;
+    ctx.t = raw_tensor(format, bytes, rows, cols, name);
+    init_layout(*m, layout);
+    m->scales.assign(rows, 0.0f);
+    ctx.m = m.get();
+    ctx.codes = nullptr;
+    ctx.scales = m->scales.data();
+    run_raw_rows(ctx, threads, name);
+    apply_factor(m->scales, factor, name);
+    return m;
+}
+
+py::tuple unpack_raw(const std::string &format, py::array raw, int64_t rows, int64_t cols, int threads) {
+    auto bytes = CArray<uint8_t>::ensure(raw);
+    RawCtx ctx;
+    ctx.t = raw_tensor(format, bytes, rows, cols, format);
+    py::array_t<int8_t> codes({rows, cols});
+    py::array_t<float> scales(static_cast<py::ssize_t>(rows));
+    ctx.m = nullptr;
+    ctx.codes = codes.mutable_data();
+    ctx.scales = scales.mutable_data();
+    run_raw_rows(ctx, threads, format);
+    return py::make_tuple(codes, scales);
 }
 
 py::array_t<int8_t> TernaryMatrix::codes() const {
@@ -250,31 +374,14 @@ namespace {
 
 // rows i0 .. i1 of a float16 (bits) or float32 block [n, d.cols] into rows start + i of d
 void fill_i8_rows(DenseI8 &d, const void *src, bool f16, int64_t start, int64_t i0, int64_t i1) {
-    std::vector<float> row(d.cols);
     for (int64_t i = i0; i < i1; ++i) {
-        if (f16) {
-            const uint16_t *h = static_cast<const uint16_t *>(src) + i * d.cols;
-            for (int64_t c = 0; c < d.cols; ++c) row[c] = half_bits_to_float(h[c]);
-        } else {
-            std::memcpy(row.data(), static_cast<const float *>(src) + i * d.cols, sizeof(float) * d.cols);
-        }
-        float amax = 0.0f;
-        for (int64_t c = 0; c < d.cols; ++c) amax = std::max(amax, std::fabs(row[c]));
-        const float s = amax > 0.0f ? amax / 127.0f : 1.0f;
-        d.scales[start + i] = s;
         int8_t *o = reinterpret_cast<int8_t *>(d.data.get()) + (start + i) * d.stride;
-        int32_t l1 = 0;
-        double q2 = 0.0, a2 = 0.0;  // exact: the rounding residual a = w - s q of each column
-        for (int64_t c = 0; c < d.cols; ++c) {
-            o[c] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, std::nearbyint(row[c] / s))));
-            l1 += std::abs(static_cast<int32_t>(o[c]));
-            const double q = o[c], a = static_cast<double>(row[c]) - static_cast<double>(s) * q;
-            q2 += q * q;
-            a2 += a * a;
-        }
-        d.l1[start + i] = l1;
-        d.qnorm[start + i] = round_up_float(std::sqrt(q2));
-        d.anorm[start + i] = round_up_float(std::sqrt(a2) / static_cast<double>(s));
+        const I8Row r = f16 ? quantize_row_i8(static_cast<const uint16_t *>(src) + i * d.cols, nullptr, d.cols, o)
+                            : quantize_row_i8(nullptr, static_cast<const float *>(src) + i * d.cols, d.cols, o);
+        d.scales[start + i] = r.scale;
+        d.l1[start + i] = r.l1;
+        d.qnorm[start + i] = round_up_float(std::sqrt(static_cast<double>(r.q2)));
+        d.anorm[start + i] = round_up_float(std::sqrt(r.a2) / static_cast<double>(r.scale));
     }
 }
 
@@ -321,6 +428,12 @@ void register_tensors(py::module_ &m) {
         "A ternary weight packed for the CPU kernels (i2_128, tq1_160, or TQ2_0 bytes).")
         .def_static("from_codes", &TernaryMatrix::from_codes, py::arg("codes"), py::arg("scales"),
                     py::arg("layout") = "i2_128", py::arg("name") = "weight")
+        .def_static("from_raw", &TernaryMatrix::from_raw, py::arg("format"), py::arg("raw"), py::arg("rows"),
+                    py::arg("cols"), py::arg("layout") = "i2_128", py::arg("name") = "weight",
+                    py::arg("factor") = py::none(), py::arg("threads") = 0,
+                    "A file's ternary bytes (i2_s, tq2_0, tq1_0) straight into `layout`, rows on the "
+                    "thread pool (threads 0: all), scales times `factor` (none, 1 or rows values). "
+                    "ValueError where the codec would refuse a row or read it otherwise.")
         .def_static("from_tq2_0", &TernaryMatrix::from_tq2_0, py::arg("raw"), py::arg("rows"), py::arg("cols"),
                     py::arg("name") = "weight",
                     "llama.cpp TQ2_0 bytes as they are: copied into huge-page memory, or used in place "
@@ -339,6 +452,11 @@ void register_tensors(py::module_ &m) {
             return py::array_t<float>(static_cast<py::ssize_t>(w.scales.size()), w.scales.data());
         })
         .def("codes", &TernaryMatrix::codes, "The int8 codes [rows, cols] unpacked again.");
+
+    m.def("unpack_raw", &unpack_raw, py::arg("format"), py::arg("raw"), py::arg("rows"), py::arg("cols"),
+          py::arg("threads") = 0,
+          "A file's ternary bytes (i2_s, tq2_0, tq1_0) as (codes int8 [rows, cols], scales float32 "
+          "[rows]), as the codec reads them; ValueError where the codec would refuse a row.");
 
     py::class_<DenseI8, std::shared_ptr<DenseI8>>(m, "DenseI8",
         "A dense table as int8 rows with per-row absmax scales (the int8 output head).")

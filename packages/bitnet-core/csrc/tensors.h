@@ -43,6 +43,10 @@ struct TernaryMatrix {
     static std::shared_ptr<TernaryMatrix> from_codes(CArray<int8_t> codes, CArray<float> scales,
                                                      const std::string &layout,
                                                      const std::string &name);
+    // a file's bytes in a layout unpack.h reads, straight into `layout`
+    static std::shared_ptr<TernaryMatrix> from_raw(const std::string &format, py::array raw, int64_t rows,
+                                                   int64_t cols, const std::string &layout,
+                                                   const std::string &name, py::object factor, int threads);
     py::array_t<int8_t> codes() const;
     void unpack_row(int64_t r, int8_t *o) const;
 };

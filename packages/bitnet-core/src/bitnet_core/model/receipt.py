@@ -134,6 +134,7 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
             "decode_s": stats.decode_s,
             "decode_steps": stats.decode_steps,
             "load_s": getattr(model, "load_s", 0.0),
+            "load_stages": dict(getattr(model, "load_stages", {})),
         },
         "finish_reason": stats.finish_reason,
         "sampling": model.last_params.as_dict() if getattr(model, "last_params", None) else None,

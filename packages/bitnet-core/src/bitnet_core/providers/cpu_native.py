@@ -57,6 +57,7 @@ from ..errors import ConfigError, QuantizationError, ShapeError, UnsupportedOper
 from ..hal.provider import Availability, RopeStyle
 from ..hal.switches import env_int
 from ..hal.weights import TernaryWeight
+from ..model.load_stages import stage
 from ..native import cpu_features, load_native
 from .file_pages import release_file_pages
 from .reference import ReferenceProvider
@@ -263,13 +264,28 @@ class NativeCpuProvider(ReferenceProvider):
                 return matrix
             except ValueError:
                 pass  # unusual data (e.g. zero-scale blocks with codes): the codec decides
+        target = "i2_128" if layout == "auto" else layout
+        source = weight.native_source()
+        if source is not None:
+            try:  # the file's bytes straight into the kernels' layout, on every thread
+                matrix = mod.TernaryMatrix.from_raw(
+                    source[0],
+                    weight.raw,
+                    weight.rows,
+                    weight.cols,
+                    target,
+                    weight.name,
+                    source[1],
+                    self.threads,
+                )
+                release_file_pages(np.asarray(weight.raw))
+                return matrix
+            except ValueError:
+                pass  # a row the codec reads otherwise or refuses: the codec decides
         codes, scales = weight.unpack()
         try:
             return mod.TernaryMatrix.from_codes(
-                codes,
-                np.asarray(scales, np.float32),
-                "i2_128" if layout == "auto" else layout,
-                weight.name,
+                codes, np.asarray(scales, np.float32), target, weight.name
             )
         except ValueError as exc:
             raise QuantizationError(str(exc)) from None
@@ -322,13 +338,14 @@ class NativeCpuProvider(ReferenceProvider):
         if hit is not None and hit[0]() is table:
             return hit[1]
         arr = np.asarray(table)
-        dense = self.native_module().DenseI8.empty(*arr.shape)
-        # block by block, letting each block's pages of the GGUF go once converted (if
-        # it is a file mapping): the head reads the int8 copy from now on, and of the
-        # float table only the embedding rows of the tokens seen are read again
-        for start in range(0, arr.shape[0], _I8_BLOCK_ROWS):
-            dense.fill_rows(start, arr[start : start + _I8_BLOCK_ROWS])
-            release_file_pages(arr[: start + _I8_BLOCK_ROWS])
+        with stage("head"):
+            dense = self.native_module().DenseI8.empty(*arr.shape)
+            # block by block, letting each block's pages of the GGUF go once converted
+            # (if it is a file mapping): the head reads the int8 copy from now on, and of
+            # the float table only the embedding rows of the tokens seen are read again
+            for start in range(0, arr.shape[0], _I8_BLOCK_ROWS):
+                dense.fill_rows(start, arr[start : start + _I8_BLOCK_ROWS])
+                release_file_pages(arr[: start + _I8_BLOCK_ROWS])
         tables = self._i8_tables
         try:  # dropped with the table, so a model let go frees its int8 head
             ref: Any = weakref.ref(table, lambda _: tables.pop(key, None))

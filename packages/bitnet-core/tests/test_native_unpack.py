@@ -1,0 +1,154 @@
+"""The native readers of the files' ternary layouts against the numpy codecs.
+
+``_native.unpack_raw`` (what ``Codec.unpack`` runs for I2_S, TQ2_0, TQ1_0)
+and ``TernaryMatrix.from_raw`` (the CPU providers' load, straight into the
+kernels' layouts) must read every tensor as ``Codec.unpack_numpy`` does, and
+refuse (ValueError) every tensor the codec refuses or reads by another rule,
+so that the codec's own error reaches the user. Random codes and scales of
+awkward shapes: one row, rows across the thread pool's 16-row chunks, zero
+rows, zero-scale blocks that hold codes.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from native_cpu import native_provider
+
+from bitnet_core.errors import BitnetError
+from bitnet_core.formats import get_codec
+from bitnet_core.hal.weights import TernaryWeight
+from bitnet_core.native import load_native
+from bitnet_core.providers.reference import ReferenceProvider
+
+MOD, _WHY = load_native()
+pytestmark = pytest.mark.skipif(MOD is None, reason=f"no native module: {_WHY}")
+
+FORMATS = ("i2_s", "tq2_0", "tq1_0")
+# (rows, blocks of the format's width): one row, one chunk, several chunks and a part
+SHAPES = [(1, 1), (3, 2), (16, 3), (37, 1), (70, 5)]
+
+
+def _rng(*key: object) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _tensor(fmt: str, rows: int, blocks: int) -> tuple[np.ndarray, int, int]:
+    """Raw bytes of a random [rows, blocks * width] tensor in ``fmt``, with an all-zero
+    row and, for the block layouts, zero-scale blocks that still hold codes."""
+    codec = get_codec(fmt)
+    cols = blocks * codec.col_multiple
+    rng = _rng(fmt, rows, blocks)
+    codes = rng.integers(-1, 2, (rows, cols)).astype(np.int8)
+    codes[rows // 2] = 0
+    if fmt == "i2_s":
+        return codec.pack(codes, np.float32(0.37)), rows, cols
+    raw = codec.pack(codes, rng.uniform(0.05, 2.0, rows).astype(np.float32))
+    nbytes = 66 if fmt == "tq2_0" else 54
+    per_block = raw.reshape(rows * blocks, nbytes)
+    dead = rng.random(rows * blocks) < 0.2
+    per_block[dead, nbytes - 2 :] = 0  # scale 0: the codec reads the block as zeros
+    return raw, rows, cols
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_unpack_raw_equals_codec(fmt, shape):
+    raw, rows, cols = _tensor(fmt, *shape)
+    codec = get_codec(fmt)
+    want_codes, want_scales = codec.unpack_numpy(raw, rows, cols)
+    for threads in (1, 3):
+        codes, scales = MOD.unpack_raw(fmt, raw, rows, cols, threads)
+        np.testing.assert_array_equal(codes, want_codes)
+        np.testing.assert_array_equal(scales, want_scales)
+    codes, scales = codec.unpack(raw, rows, cols)  # the codec's own path: native first
+    np.testing.assert_array_equal(codes, want_codes)
+    np.testing.assert_array_equal(scales, want_scales)
+
+
+@pytest.mark.parametrize("layout", ["i2_128", "tq1_160"])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_from_raw_equals_codec(fmt, shape, layout):
+    raw, rows, cols = _tensor(fmt, *shape)
+    want_codes, want_scales = get_codec(fmt).unpack_numpy(raw, rows, cols)
+    factor = _rng("factor", rows).uniform(0.5, 2.0, rows).astype(np.float32)
+    for f, threads in ((None, 1), (factor[:1], 2), (factor, 3)):
+        m = MOD.TernaryMatrix.from_raw(fmt, raw, rows, cols, layout, "w", f, threads)
+        assert m.layout == layout and m.shape == (rows, cols)
+        np.testing.assert_array_equal(m.codes(), want_codes)
+        scales = want_scales if f is None else (want_scales * f).astype(np.float32)
+        np.testing.assert_array_equal(m.scales, scales)
+
+
+def _spoil(fmt: str, raw: np.ndarray, rows: int, cols: int, how: str) -> np.ndarray:
+    """A copy of ``raw`` with one fault in its last row (the last thread chunk)."""
+    bad = raw.copy()
+    if fmt == "i2_s":
+        if how == "code3":
+            bad[(rows - 1) * cols // 4 + 5] = 0xFF
+        else:  # the tensor scale
+            bad[rows * cols // 4 : rows * cols // 4 + 4] = np.frombuffer(
+                np.float32(np.nan).tobytes(), np.uint8
+            )
+        return bad
+    nbytes, blocks = (66, 64) if fmt == "tq2_0" else (54, 52)
+    per_block = bad.reshape(rows, -1, nbytes)
+    if how == "code3":
+        if fmt == "tq1_0":
+            pytest.skip("every TQ1_0 byte is a valid set of trits")
+        per_block[-1, 0, 3] = 0xFF
+    else:  # two live blocks of one row with different scales
+        per_block[-1, :, :blocks] = 0  # every weight -1 (TQ2_0: code 0; TQ1_0: all trits 0)
+        per_block[-1, 0, blocks:] = np.frombuffer(np.float16(0.5).tobytes(), np.uint8)
+        per_block[-1, 1, blocks:] = np.frombuffer(np.float16(0.25).tobytes(), np.uint8)
+    return bad
+
+
+@pytest.mark.parametrize("how", ["code3", "scale"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_refused_rows_get_the_codecs_error(fmt, how):
+    """A tensor the codec refuses: the native readers refuse it too, and
+    ``Codec.unpack`` raises the numpy codec's own error."""
+    raw, rows, cols = _tensor(fmt, 40, 2)
+    bad = _spoil(fmt, raw, rows, cols, how)
+    codec = get_codec(fmt)
+    with pytest.raises(BitnetError) as want:
+        codec.unpack_numpy(bad, rows, cols)
+    with pytest.raises(ValueError, match="not read natively"):
+        MOD.unpack_raw(fmt, bad, rows, cols, 2)
+    with pytest.raises(ValueError, match="not read natively"):
+        MOD.TernaryMatrix.from_raw(fmt, bad, rows, cols, "i2_128", "w", None, 2)
+    with pytest.raises(type(want.value)) as got:
+        codec.unpack(bad, rows, cols)
+    assert str(got.value) == str(want.value)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_short_or_foreign_data_is_refused(fmt):
+    raw, rows, cols = _tensor(fmt, 3, 1)
+    with pytest.raises(ValueError, match="does not fit"):
+        MOD.unpack_raw(fmt, raw[:-40], rows, cols)
+    with pytest.raises(ValueError, match="does not fit"):
+        MOD.unpack_raw(fmt, raw, rows, cols + 1)
+    with pytest.raises(ValueError, match="no native reader"):
+        MOD.unpack_raw("qk256", raw, rows, cols)
+    with pytest.raises(ValueError, match="scale factor"):
+        MOD.TernaryMatrix.from_raw(fmt, raw, rows, cols, "i2_128", "w", np.ones(2, np.float32))
+
+
+@pytest.mark.parametrize("layout", ["auto", "i2_128", "tq1_160"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_provider_loads_file_layouts_natively(fmt, layout):
+    """The CPU provider's load of a file's tensor computes what the reference does."""
+    raw, rows, cols = _tensor(fmt, 37, 2)
+    w = TernaryWeight("w", rows, cols, fmt, raw, get_codec(fmt))
+    assert w.native_source() == (fmt, None)
+    prov = native_provider("cpu-scalar", 2, layout=layout)
+    x = _rng("x", fmt).standard_normal((3, cols)).astype(np.float32)
+    ref = ReferenceProvider()
+    np.testing.assert_allclose(
+        prov.linear(x, prov.load_ternary(w)), ref.linear(x, ref.load_ternary(w)), rtol=1e-5
+    )
