@@ -7,10 +7,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <new>
 #include <stdexcept>
+
+#ifndef _WIN32
+#include <fcntl.h>
+#include <unistd.h>
+#endif
 
 namespace bitnet {
 
@@ -42,6 +48,38 @@ py::array half_or_float(py::array a, bool &f16) {
     f16 = is_half(a.dtype());
     if (f16) return CArray<uint16_t>::ensure(a.attr("view")("uint16"));
     return CArray<float>::ensure(a);
+}
+
+int open_file(const std::string &path) {
+#ifdef _WIN32
+    (void)path;
+    return -1;
+#else
+    return ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+#endif
+}
+
+void close_file(int fd) {
+#ifndef _WIN32
+    if (fd >= 0) ::close(fd);
+#endif
+}
+
+bool read_at(int fd, int64_t offset, uint8_t *out, int64_t n) {
+#ifdef _WIN32
+    (void)fd, (void)offset, (void)out, (void)n;
+    return false;
+#else
+    while (n > 0) {
+        const ssize_t got = ::pread(fd, out, static_cast<size_t>(n), static_cast<off_t>(offset));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return false;
+        out += got;
+        offset += got;
+        n -= got;
+    }
+    return true;
+#endif
 }
 
 namespace {
@@ -213,17 +251,48 @@ std::shared_ptr<TernaryMatrix> TernaryMatrix::from_codes(CArray<int8_t> codes, C
 
 namespace {
 
-// `raw` as the C-contiguous bytes of a [rows, cols] tensor in `format`
-RawTensor raw_tensor(const std::string &format, const CArray<uint8_t> &bytes, int64_t rows, int64_t cols,
-                     const std::string &name) {
-    RawTensor t{RawFormat::I2_S, nullptr, rows, cols};
-    if (!parse_raw_format(format, t.fmt))
+// Where a [rows, cols] tensor's bytes come from: memory (`data`), or a file at
+// `offset` read with pread (no mapping: nothing to fault in, nothing to let go).
+struct RawSource {
+    RawFormat fmt = RawFormat::I2_S;
+    int64_t rows = 0, cols = 0, row_bytes = 0;
+    const uint8_t *data = nullptr;
+    int fd = -1;
+    int64_t offset = 0;
+
+    // bytes [at, at + n) of the tensor, read into buf if it is in a file; null on a short read
+    const uint8_t *bytes(int64_t at, int64_t n, std::vector<uint8_t> &buf) const {
+        if (data) return data + at;
+        buf.resize(static_cast<size_t>(n));
+        return read_at(fd, offset + at, buf.data(), n) ? buf.data() : nullptr;
+    }
+};
+
+struct FileCloser {
+    int fd = -1;
+    ~FileCloser() { close_file(fd); }
+};
+
+RawSource raw_source(const std::string &format, int64_t rows, int64_t cols, const std::string &name) {
+    RawSource src;
+    if (!parse_raw_format(format, src.fmt))
         throw std::invalid_argument(name + ": no native reader for '" + format + "' (i2_s, tq2_0, tq1_0)");
-    const int64_t need = rows > 0 ? raw_nbytes(t.fmt, rows, cols) : -1;
-    if (need < 0 || !bytes || bytes.size() < need)
+    if (rows <= 0 || raw_nbytes(src.fmt, rows, cols) < 0)
         throw std::invalid_argument(name + ": " + format + " data does not fit the shape");
-    t.data = bytes.data();
-    return t;
+    src.rows = rows;
+    src.cols = cols;
+    src.row_bytes = raw_row_bytes(src.fmt, cols);
+    return src;
+}
+
+// `raw` as the C-contiguous bytes of a [rows, cols] tensor in `format`
+RawSource memory_source(const std::string &format, const CArray<uint8_t> &bytes, int64_t rows, int64_t cols,
+                        const std::string &name) {
+    RawSource src = raw_source(format, rows, cols, name);
+    if (!bytes || bytes.size() < raw_nbytes(src.fmt, rows, cols))
+        throw std::invalid_argument(name + ": " + format + " data does not fit the shape");
+    src.data = bytes.data();
+    return src;
 }
 
 // the per-row scale factor of llama.cpp's blk.N.<name>.scale tensors: 1 or rows values
@@ -237,10 +306,10 @@ void apply_factor(std::vector<float> &scales, const py::object &factor, const st
 }
 
 struct RawCtx {
-    RawTensor t;
-    TernaryMatrix *m;      // from_raw: pack into m
-    int8_t *codes;         // unpack_raw: codes [rows, cols] here
-    float *scales;         // [rows]
+    RawSource src;
+    TernaryMatrix *m = nullptr;  // from_raw / from_file: pack into m
+    int8_t *codes = nullptr;     // unpack_raw: codes [rows, cols] here
+    float *scales = nullptr;     // [rows]
     std::atomic<int> err{kRowOk};
     void fail(int e) {
         int none = kRowOk;
@@ -248,32 +317,68 @@ struct RawCtx {
     }
 };
 
+constexpr int kShortRead = 100;  // a file shorter than its header says
+
 void raw_rows(void *c, int64_t r0, int64_t r1) {
     auto *x = static_cast<RawCtx *>(c);
-    const RawTensor &t = x->t;
-    std::vector<int8_t> row;
-    for (int64_t r = r0; r < r1 && !x->err.load(std::memory_order_relaxed); ++r) {
+    const RawSource &src = x->src;
+    if (x->err.load(std::memory_order_relaxed)) return;
+    std::vector<uint8_t> buf;
+    std::vector<int8_t> codes;
+    const uint8_t *in = src.bytes(r0 * src.row_bytes, (r1 - r0) * src.row_bytes, buf);
+    if (!in) return x->fail(kShortRead);
+    for (int64_t r = r0; r < r1; ++r) {
+        const uint8_t *row = in + (r - r0) * src.row_bytes;
         int e = kRowOk;
         if (!x->m) {
-            e = decode_row(t, r, x->codes + r * t.cols, x->scales[r]);
-        } else if (x->m->layout == "i2_128" && has_direct_i2(t.fmt)) {
-            e = repack_row_i2(t, r, x->m->data.get() + r * x->m->row_bytes, x->scales[r]);
+            e = decode_row(src.fmt, row, src.cols, x->codes + r * src.cols, x->scales[r]);
+        } else if (x->m->layout == "i2_128" && has_direct_i2(src.fmt)) {
+            e = repack_row_i2(src.fmt, row, src.cols, x->m->data.get() + r * x->m->row_bytes, x->scales[r]);
         } else {
-            row.resize(static_cast<size_t>(t.cols));
-            e = decode_row(t, r, row.data(), x->scales[r]);
-            if (!e) pack_row(*x->m, row.data(), x->m->data.get() + r * x->m->row_bytes);
+            codes.resize(static_cast<size_t>(src.cols));
+            e = decode_row(src.fmt, row, src.cols, codes.data(), x->scales[r]);
+            if (!e) pack_row(*x->m, codes.data(), x->m->data.get() + r * x->m->row_bytes);
         }
-        if (e) x->fail(e);
+        if (e) return x->fail(e);
     }
 }
 
+// every row of ctx.src, about 256 KiB of the source a chunk
 void run_raw_rows(RawCtx &ctx, int threads, const std::string &name) {
+    const RawSource &src = ctx.src;
+    int err = kRowOk;
     {
         py::gil_scoped_release nogil;
-        parallel_for(ctx.t.rows, 16, threads, raw_rows, &ctx);
+        if (src.fmt == RawFormat::I2_S) {  // every row takes the tensor's one scale
+            std::vector<uint8_t> buf;
+            float scale = 0.0f;
+            const uint8_t *trailer = src.bytes(src.rows * src.row_bytes, 4, buf);
+            err = !trailer ? kShortRead : i2_s_scale(trailer, scale);
+            std::fill(ctx.scales, ctx.scales + src.rows, scale);
+        }
+        if (!err) {
+            const int64_t grain = std::max<int64_t>(1, (int64_t{256} << 10) / src.row_bytes);
+            parallel_for(src.rows, grain, threads, raw_rows, &ctx);
+            err = ctx.err.load();
+        }
     }
-    if (const int e = ctx.err.load())
-        throw std::invalid_argument(name + ": not read natively (" + row_error_text(e) + ")");
+    if (err == kShortRead) throw std::invalid_argument(name + ": the file is shorter than its tensor");
+    if (err) throw std::invalid_argument(name + ": not read natively (" + row_error_text(err) + ")");
+}
+
+std::shared_ptr<TernaryMatrix> matrix_from(RawCtx &ctx, const std::string &layout, const std::string &name,
+                                           const py::object &factor, int threads) {
+    auto m = std::make_shared<TernaryMatrix>();
+    m->name = name;
+    m->rows = ctx.src.rows;
+    m->cols = ctx.src.cols;
+    init_layout(*m, layout);
+    m->scales.assign(m->rows, 0.0f);
+    ctx.m = m.get();
+    ctx.scales = m->scales.data();
+    run_raw_rows(ctx, threads, name);
+    apply_factor(m->scales, factor, name);
+    return m;
 }
 
 }  // namespace
@@ -283,29 +388,30 @@ std::shared_ptr<TernaryMatrix> TernaryMatrix::from_raw(const std::string &format
                                                        const std::string &name, py::object factor,
                                                        int threads) {
     auto bytes = CArray<uint8_t>::ensure(raw);
-    auto m = std::make_shared<TernaryMatrix>();
-    m->name = name;
-    m->rows = rows;
-    m->cols = cols;
     RawCtx ctx;
-    ctx.t = raw_tensor(format, bytes, rows, cols, name);
-    init_layout(*m, layout);
-    m->scales.assign(rows, 0.0f);
-    ctx.m = m.get();
-    ctx.codes = nullptr;
-    ctx.scales = m->scales.data();
-    run_raw_rows(ctx, threads, name);
-    apply_factor(m->scales, factor, name);
-    return m;
+    ctx.src = memory_source(format, bytes, rows, cols, name);
+    return matrix_from(ctx, layout, name, factor, threads);
+}
+
+std::shared_ptr<TernaryMatrix> TernaryMatrix::from_file(const std::string &format, const std::string &path,
+                                                        int64_t offset, int64_t rows, int64_t cols,
+                                                        const std::string &layout, const std::string &name,
+                                                        py::object factor, int threads) {
+    RawCtx ctx;
+    ctx.src = raw_source(format, rows, cols, name);
+    FileCloser file{open_file(path)};
+    if (file.fd < 0 || offset < 0) throw std::invalid_argument(name + ": cannot read " + path);
+    ctx.src.fd = file.fd;
+    ctx.src.offset = offset;
+    return matrix_from(ctx, layout, name, factor, threads);
 }
 
 py::tuple unpack_raw(const std::string &format, py::array raw, int64_t rows, int64_t cols, int threads) {
     auto bytes = CArray<uint8_t>::ensure(raw);
     RawCtx ctx;
-    ctx.t = raw_tensor(format, bytes, rows, cols, format);
+    ctx.src = memory_source(format, bytes, rows, cols, format);
     py::array_t<int8_t> codes({rows, cols});
     py::array_t<float> scales(static_cast<py::ssize_t>(rows));
-    ctx.m = nullptr;
     ctx.codes = codes.mutable_data();
     ctx.scales = scales.mutable_data();
     run_raw_rows(ctx, threads, format);
@@ -409,6 +515,30 @@ void dense_i8_fill_rows(DenseI8 &d, int64_t start, py::array block) {
     update_maxima(d);
 }
 
+void dense_i8_fill_file(DenseI8 &d, const std::string &path, int64_t offset, bool f16, int threads) {
+    FileCloser file{open_file(path)};
+    if (file.fd < 0 || offset < 0) throw std::invalid_argument("dense table: cannot read " + path);
+    struct Ctx {
+        DenseI8 *d;
+        int fd;
+        int64_t offset, row_bytes;
+        bool f16;
+        std::atomic<bool> short_read{false};
+    } ctx{&d, file.fd, offset, d.cols * (f16 ? 2 : 4), f16};
+    {
+        py::gil_scoped_release nogil;
+        parallel_for(d.rows, 64, threads, [](void *c, int64_t r0, int64_t r1) {
+            auto *x = static_cast<Ctx *>(c);
+            std::vector<uint8_t> buf(static_cast<size_t>((r1 - r0) * x->row_bytes));
+            if (!read_at(x->fd, x->offset + r0 * x->row_bytes, buf.data(), static_cast<int64_t>(buf.size())))
+                return x->short_read.store(true);
+            fill_i8_rows(*x->d, buf.data(), x->f16, r0, 0, r1 - r0);
+        }, &ctx);
+    }
+    if (ctx.short_read.load()) throw std::invalid_argument("dense table: the file is shorter than its table");
+    update_maxima(d);
+}
+
 std::shared_ptr<DenseI8> dense_i8_from(py::array table) {
     if (table.ndim() != 2) throw std::invalid_argument("dense table must be 2-D");
     auto d = dense_i8_empty(table.shape(0), table.shape(1));
@@ -434,6 +564,11 @@ void register_tensors(py::module_ &m) {
                     "A file's ternary bytes (i2_s, tq2_0, tq1_0) straight into `layout`, rows on the "
                     "thread pool (threads 0: all), scales times `factor` (none, 1 or rows values). "
                     "ValueError where the codec would refuse a row or read it otherwise.")
+        .def_static("from_file", &TernaryMatrix::from_file, py::arg("format"), py::arg("path"), py::arg("offset"),
+                    py::arg("rows"), py::arg("cols"), py::arg("layout") = "i2_128", py::arg("name") = "weight",
+                    py::arg("factor") = py::none(), py::arg("threads") = 0,
+                    "from_raw on the tensor's bytes at `offset` of the file at `path`, read with pread "
+                    "(no mapping); ValueError also where the file cannot be read.")
         .def_static("from_tq2_0", &TernaryMatrix::from_tq2_0, py::arg("raw"), py::arg("rows"), py::arg("cols"),
                     py::arg("name") = "weight",
                     "llama.cpp TQ2_0 bytes as they are: copied into huge-page memory, or used in place "
@@ -466,6 +601,10 @@ void register_tensors(py::module_ &m) {
                     "An all-zero table to fill with fill_rows.")
         .def("fill_rows", &dense_i8_fill_rows, py::arg("start"), py::arg("block"),
              "Rows start .. start + len(block) from a float16 or float32 block.")
+        .def("fill_file", &dense_i8_fill_file, py::arg("path"), py::arg("offset"), py::arg("f16"),
+             py::arg("threads") = 0,
+             "Every row from the float16 (f16) or float32 table at `offset` of the file at `path`, "
+             "read with pread on the thread pool; ValueError where the file cannot be read.")
         .def_readonly("rows", &DenseI8::rows)
         .def_readonly("cols", &DenseI8::cols)
         .def_property_readonly("shape", [](const DenseI8 &d) { return py::make_tuple(d.rows, d.cols); })

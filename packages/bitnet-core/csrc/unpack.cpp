@@ -50,11 +50,6 @@ inline uint64_t load64(const uint8_t *p) {
     return w;
 }
 
-int i2_s_scale(const RawTensor &t, float &scale) {
-    std::memcpy(&scale, t.data + t.rows * t.cols / 4, 4);
-    return std::isfinite(scale) ? kRowOk : kRowScaleNotFinite;
-}
-
 int tq1_trit(uint8_t b, int k) {
     static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
     const uint8_t q = static_cast<uint8_t>(b * pow3[k]);
@@ -80,6 +75,20 @@ int64_t raw_nbytes(RawFormat fmt, int64_t rows, int64_t cols) {
     return -1;
 }
 
+int64_t raw_row_bytes(RawFormat fmt, int64_t cols) {
+    switch (fmt) {
+        case RawFormat::I2_S: return cols / 4;
+        case RawFormat::TQ2_0: return cols / kBlock256 * kTQ2BlockBytes;
+        case RawFormat::TQ1_0: return cols / kBlock256 * kTQ1BlockBytes;
+    }
+    return 0;
+}
+
+int i2_s_scale(const uint8_t *trailer, float &scale) {
+    std::memcpy(&scale, trailer, 4);
+    return std::isfinite(scale) ? kRowOk : kRowScaleNotFinite;
+}
+
 const char *row_error_text(int err) {
     switch (err) {
         case kRowCode3: return "a 2-bit code 3";
@@ -91,10 +100,11 @@ const char *row_error_text(int err) {
 
 bool has_direct_i2(RawFormat fmt) { return fmt != RawFormat::TQ1_0; }
 
-int repack_row_i2(const RawTensor &t, int64_t r, uint8_t *out, float &scale) {
-    if (t.fmt == RawFormat::I2_S) {
-        const int64_t n = t.cols / 4;  // a multiple of 32
-        const uint8_t *in = t.data + r * n;
+int repack_row_i2(RawFormat fmt, const uint8_t *row, int64_t cols, uint8_t *out, float &scale) {
+    if (fmt == RawFormat::I2_S) {
+        (void)scale;
+        const int64_t n = cols / 4;  // a multiple of 32
+        const uint8_t *in = row;
         uint64_t bad = 0;
         for (int64_t i = 0; i < n; i += 8) {
             const uint64_t w = load64(in + i);
@@ -102,12 +112,10 @@ int repack_row_i2(const RawTensor &t, int64_t r, uint8_t *out, float &scale) {
             const uint64_t o = reverse_fields(w);
             std::memcpy(out + i, &o, 8);
         }
-        if (bad) return kRowCode3;
-        return i2_s_scale(t, scale);
+        return bad ? kRowCode3 : kRowOk;
     }
-    if (t.fmt != RawFormat::TQ2_0) return kRowScales;
-    const int64_t nb = t.cols / kBlock256;
-    const uint8_t *row = t.data + r * nb * kTQ2BlockBytes;
+    if (fmt != RawFormat::TQ2_0) return kRowScales;
+    const int64_t nb = cols / kBlock256;
     RowScale rs;
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t *blk = row + b * kTQ2BlockBytes;
@@ -130,10 +138,9 @@ int repack_row_i2(const RawTensor &t, int64_t r, uint8_t *out, float &scale) {
     return rs.err;
 }
 
-int decode_row(const RawTensor &t, int64_t r, int8_t *codes, float &scale) {
-    const int64_t cols = t.cols;
-    if (t.fmt == RawFormat::I2_S) {
-        const uint8_t *in = t.data + r * (cols / 4);
+int decode_row(RawFormat fmt, const uint8_t *row, int64_t cols, int8_t *codes, float &scale) {
+    if (fmt == RawFormat::I2_S) {
+        const uint8_t *in = row;
         for (int64_t b = 0; b < cols / kI2Block; ++b) {
             const uint8_t *q = in + b * 32;
             int8_t *o = codes + b * kI2Block;
@@ -144,12 +151,11 @@ int decode_row(const RawTensor &t, int64_t r, int8_t *codes, float &scale) {
                     o[32 * k + j] = static_cast<int8_t>(u - 1);
                 }
         }
-        return i2_s_scale(t, scale);
+        return kRowOk;
     }
     const int64_t nb = cols / kBlock256;
     RowScale rs;
-    if (t.fmt == RawFormat::TQ2_0) {
-        const uint8_t *row = t.data + r * nb * kTQ2BlockBytes;
+    if (fmt == RawFormat::TQ2_0) {
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t *blk = row + b * kTQ2BlockBytes;
             int8_t *o = codes + b * kBlock256;
@@ -167,7 +173,6 @@ int decode_row(const RawTensor &t, int64_t r, int8_t *codes, float &scale) {
             else rs.block(d, live);
         }
     } else {
-        const uint8_t *row = t.data + r * nb * kTQ1BlockBytes;
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t *blk = row + b * kTQ1BlockBytes;
             int8_t *o = codes + b * kBlock256;

@@ -22,22 +22,24 @@ int64_t raw_nbytes(RawFormat fmt, int64_t rows, int64_t cols);
 enum RowError { kRowOk = 0, kRowCode3 = 1, kRowScales = 2, kRowScaleNotFinite = 3 };
 const char *row_error_text(int err);
 
-// A tensor's bytes in a file layout (data: raw_nbytes(fmt, rows, cols) of them).
-struct RawTensor {
-    RawFormat fmt;
-    const uint8_t *data;
-    int64_t rows, cols;
-};
+// Bytes of one row of a [rows, cols] tensor in fmt (I2_S rows are whole blocks:
+// cols % 128 == 0; the tensor's scale follows the last row).
+int64_t raw_row_bytes(RawFormat fmt, int64_t cols);
 
-// Row r as int8 codes [cols] and the row's scale, by the codec's rules: a
-// zero-scale block is all zero, the other blocks with a non-zero code share
-// one scale (0 where none has one); I2_S rows all take the tensor's scale.
-int decode_row(const RawTensor &t, int64_t r, int8_t *codes, float &scale);
+// I2_S: the tensor's one scale from the 4 bytes after its rows (kRowScaleNotFinite
+// if it is not finite).
+int i2_s_scale(const uint8_t *trailer, float &scale);
 
-// Row r in i2_128 bytes [cols / 4] (cols % 256 == 0 for TQ2_0) without the
-// int8 codes in between: I2_S bytes with their 2-bit fields reversed, TQ2_0's
-// qs bytes as they are (zero-scale blocks as zero codes). False for TQ1_0.
+// One row's bytes (raw_row_bytes of them) as int8 codes [cols] and the row's
+// scale, by the codec's rules: a zero-scale block is all zero, the other
+// blocks with a non-zero code share one scale (0 where none has one). I2_S
+// rows leave `scale` alone (the tensor's, i2_s_scale).
+int decode_row(RawFormat fmt, const uint8_t *row, int64_t cols, int8_t *codes, float &scale);
+
+// One row in i2_128 bytes [cols / 4] without the int8 codes in between: I2_S
+// bytes with their 2-bit fields reversed (out may be row: in place), TQ2_0's
+// qs bytes as they are (zero-scale blocks as zero codes). TQ1_0 has none.
 bool has_direct_i2(RawFormat fmt);
-int repack_row_i2(const RawTensor &t, int64_t r, uint8_t *out, float &scale);
+int repack_row_i2(RawFormat fmt, const uint8_t *row, int64_t cols, uint8_t *out, float &scale);
 
 }  // namespace bitnet

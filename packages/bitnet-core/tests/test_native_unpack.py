@@ -152,3 +152,49 @@ def test_provider_loads_file_layouts_natively(fmt, layout):
     np.testing.assert_allclose(
         prov.linear(x, prov.load_ternary(w)), ref.linear(x, ref.load_ternary(w)), rtol=1e-5
     )
+
+
+@pytest.mark.parametrize("layout", ["i2_128", "tq1_160"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_from_file_equals_from_raw(tmp_path, fmt, layout):
+    """The tensor's bytes read from a file at an offset (pread) give the matrix its
+    bytes in memory give; a file cut short is refused."""
+    raw, rows, cols = _tensor(fmt, 70, 3)
+    path = tmp_path / "t.bin"
+    path.write_bytes(b"\x7f" * 1000 + raw.tobytes())
+    factor = np.float32([1.5])
+    want = MOD.TernaryMatrix.from_raw(fmt, raw, rows, cols, layout, "w", factor, 2)
+    got = MOD.TernaryMatrix.from_file(fmt, str(path), 1000, rows, cols, layout, "w", factor, 3)
+    np.testing.assert_array_equal(got.codes(), want.codes())
+    np.testing.assert_array_equal(got.scales, want.scales)
+    path.write_bytes(b"\x7f" * 1000 + raw.tobytes()[:-100])
+    with pytest.raises(ValueError, match="shorter"):
+        MOD.TernaryMatrix.from_file(fmt, str(path), 1000, rows, cols, layout, "w", None, 2)
+    with pytest.raises(ValueError, match="cannot read"):
+        MOD.TernaryMatrix.from_file(fmt, str(tmp_path / "none"), 0, rows, cols, layout, "w")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_int8_head_from_file_equals_from_memory(tmp_path, dtype):
+    """DenseI8.fill_file (pread, rows on the pool) builds the int8 head fill_rows builds:
+    the same logits through the int8 kernel, bit for bit."""
+    rng = _rng("head", np.dtype(dtype).name)
+    table = rng.standard_normal((300, 96)).astype(dtype)
+    table[7] = 0  # an all-zero row
+    path = tmp_path / "head.bin"
+    path.write_bytes(b"\0" * 64 + table.tobytes())
+    want = MOD.DenseI8.empty(*table.shape)
+    want.fill_rows(0, table)
+    got = MOD.DenseI8.empty(*table.shape)
+    got.fill_file(str(path), 64, dtype == np.float16, 3)
+    kernels = MOD.Kernels("scalar", 2)
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    np.testing.assert_array_equal(
+        kernels.matmul_dense_i8(x, got, None), kernels.matmul_dense_i8(x, want, None)
+    )
+    np.testing.assert_array_equal(
+        kernels.matmul_dense_i8(x, got, table), kernels.matmul_dense_i8(x, want, table)
+    )
+    path.write_bytes(b"\0" * 64 + table.tobytes()[:-10])
+    with pytest.raises(ValueError, match="shorter"):
+        MOD.DenseI8.empty(*table.shape).fill_file(str(path), 64, dtype == np.float16)

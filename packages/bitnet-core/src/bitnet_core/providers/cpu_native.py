@@ -59,7 +59,7 @@ from ..hal.switches import env_int
 from ..hal.weights import TernaryWeight
 from ..model.load_stages import stage
 from ..native import cpu_features, load_native
-from .file_pages import release_file_pages
+from .file_pages import file_extent, release_file_pages
 from .reference import ReferenceProvider
 
 LAYOUTS = ("auto", "i2_128", "tq1_160")
@@ -267,19 +267,14 @@ class NativeCpuProvider(ReferenceProvider):
         target = "i2_128" if layout == "auto" else layout
         source = weight.native_source()
         if source is not None:
-            try:  # the file's bytes straight into the kernels' layout, on every thread
-                matrix = mod.TernaryMatrix.from_raw(
-                    source[0],
-                    weight.raw,
-                    weight.rows,
-                    weight.cols,
-                    target,
-                    weight.name,
-                    source[1],
-                    self.threads,
-                )
-                release_file_pages(np.asarray(weight.raw))
-                return matrix
+            fmt, factor = source
+            shape = (weight.rows, weight.cols, target, weight.name, factor, self.threads)
+            extent = file_extent(np.asarray(weight.raw))
+            try:  # the file's bytes straight into the kernels' layout, on every thread: read
+                # with pread where they are in a file (no mapping to fault in and let go)
+                if extent is not None:
+                    return mod.TernaryMatrix.from_file(fmt, *extent, *shape)
+                return mod.TernaryMatrix.from_raw(fmt, weight.raw, *shape)
             except ValueError:
                 pass  # a row the codec reads otherwise or refuses: the codec decides
         codes, scales = weight.unpack()
@@ -340,12 +335,16 @@ class NativeCpuProvider(ReferenceProvider):
         arr = np.asarray(table)
         with stage("head"):
             dense = self.native_module().DenseI8.empty(*arr.shape)
-            # block by block, letting each block's pages of the GGUF go once converted
-            # (if it is a file mapping): the head reads the int8 copy from now on, and of
-            # the float table only the embedding rows of the tokens seen are read again
-            for start in range(0, arr.shape[0], _I8_BLOCK_ROWS):
-                dense.fill_rows(start, arr[start : start + _I8_BLOCK_ROWS])
-                release_file_pages(arr[: start + _I8_BLOCK_ROWS])
+            extent = file_extent(arr) if arr.dtype in (np.float16, np.float32) else None
+            filled = False
+            if extent is not None:  # read with pread on every thread: no mapping to let go
+                try:
+                    dense.fill_file(*extent, arr.dtype == np.float16, self.threads)
+                    filled = True
+                except ValueError:
+                    pass  # the file cannot be read so: through its mapping
+            if not filled:
+                self._fill_head_blocks(dense, arr)
         tables = self._i8_tables
         try:  # dropped with the table, so a model let go frees its int8 head
             ref: Any = weakref.ref(table, lambda _: tables.pop(key, None))
@@ -353,6 +352,16 @@ class NativeCpuProvider(ReferenceProvider):
             ref = lambda table=table: table  # noqa: E731
         tables[key] = (ref, dense)
         return dense
+
+    @staticmethod
+    def _fill_head_blocks(dense: Any, arr: np.ndarray) -> None:
+        """``dense`` from ``arr`` block by block, letting each block's pages of the GGUF
+        go once converted (if it is a file mapping): the head reads the int8 copy from
+        now on, and of the float table only the embedding rows of the tokens seen are
+        read again."""
+        for start in range(0, arr.shape[0], _I8_BLOCK_ROWS):
+            dense.fill_rows(start, arr[start : start + _I8_BLOCK_ROWS])
+            release_file_pages(arr[: start + _I8_BLOCK_ROWS])
 
     # --- the fused runner --------------------------------------------------------
     def native_module(self) -> Any:
