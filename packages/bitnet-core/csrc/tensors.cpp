@@ -181,6 +181,9 @@ void init_layout(TernaryMatrix &m, const std::string &layout) {
     } else if (layout == "tq1_160") {
         m.kp = round_up(std::max<int64_t>(m.cols, 1), kTQ1Block);
         m.row_bytes = m.kp / kTQ1Block * 32;
+    } else if (layout == "tq2_0" && m.cols % 256 == 0) {  // from_file: TQ2_0 bytes as they are
+        m.kp = m.cols;
+        m.row_bytes = m.cols / 256 * kTQ2BlockBytes;
     } else {
         throw std::invalid_argument("unknown ternary layout '" + layout + "' (i2_128, tq1_160)");
     }
@@ -332,6 +335,11 @@ void raw_rows(void *c, int64_t r0, int64_t r1) {
         int e = kRowOk;
         if (!x->m) {
             e = decode_row(src.fmt, row, src.cols, x->codes + r * src.cols, x->scales[r]);
+        } else if (x->m->tq2()) {  // the bytes as they are, scales by from_tq2_0's rule
+            std::memcpy(x->m->data.get() + r * x->m->row_bytes, row, static_cast<size_t>(src.row_bytes));
+            x->scales[r] = tq2_row_scale(row, src.cols / 256, e);
+            static const int why[] = {kRowOk, kRowCode3, kRowZeroScaleCodes, kRowScales};
+            e = why[e];
         } else if (x->m->layout == "i2_128" && has_direct_i2(src.fmt)) {
             e = repack_row_i2(src.fmt, row, src.cols, x->m->data.get() + r * x->m->row_bytes, x->scales[r]);
         } else {
@@ -368,6 +376,8 @@ void run_raw_rows(RawCtx &ctx, int threads, const std::string &name) {
 
 std::shared_ptr<TernaryMatrix> matrix_from(RawCtx &ctx, const std::string &layout, const std::string &name,
                                            const py::object &factor, int threads) {
+    if (layout == "tq2_0" && ctx.src.fmt != RawFormat::TQ2_0)
+        throw std::invalid_argument(name + ": only TQ2_0 data goes to the tq2_0 layout");
     auto m = std::make_shared<TernaryMatrix>();
     m->name = name;
     m->rows = ctx.src.rows;
@@ -568,7 +578,8 @@ void register_tensors(py::module_ &m) {
                     py::arg("rows"), py::arg("cols"), py::arg("layout") = "i2_128", py::arg("name") = "weight",
                     py::arg("factor") = py::none(), py::arg("threads") = 0,
                     "from_raw on the tensor's bytes at `offset` of the file at `path`, read with pread "
-                    "(no mapping); ValueError also where the file cannot be read.")
+                    "(no mapping); layout tq2_0 also: TQ2_0 bytes copied as they are (from_tq2_0's "
+                    "rules). ValueError also where the file cannot be read.")
         .def_static("from_tq2_0", &TernaryMatrix::from_tq2_0, py::arg("raw"), py::arg("rows"), py::arg("cols"),
                     py::arg("name") = "weight",
                     "llama.cpp TQ2_0 bytes as they are: copied into huge-page memory, or used in place "

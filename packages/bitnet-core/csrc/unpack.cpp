@@ -94,6 +94,7 @@ const char *row_error_text(int err) {
         case kRowCode3: return "a 2-bit code 3";
         case kRowScales: return "a row with more than one block scale";
         case kRowScaleNotFinite: return "a tensor scale that is not finite";
+        case kRowZeroScaleCodes: return "a zero-scale block with non-zero codes";
         default: return "";
     }
 }

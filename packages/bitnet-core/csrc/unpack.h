@@ -19,7 +19,7 @@ bool parse_raw_format(const std::string &name, RawFormat &fmt);
 int64_t raw_nbytes(RawFormat fmt, int64_t rows, int64_t cols);
 
 // Why a row was refused (0: it was not).
-enum RowError { kRowOk = 0, kRowCode3 = 1, kRowScales = 2, kRowScaleNotFinite = 3 };
+enum RowError { kRowOk = 0, kRowCode3 = 1, kRowScales = 2, kRowScaleNotFinite = 3, kRowZeroScaleCodes = 4 };
 const char *row_error_text(int err);
 
 // Bytes of one row of a [rows, cols] tensor in fmt (I2_S rows are whole blocks:

@@ -198,3 +198,28 @@ def test_int8_head_from_file_equals_from_memory(tmp_path, dtype):
     path.write_bytes(b"\0" * 64 + table.tobytes()[:-10])
     with pytest.raises(ValueError, match="shorter"):
         MOD.DenseI8.empty(*table.shape).fill_file(str(path), 64, dtype == np.float16)
+
+
+def test_tq2_0_from_file_as_it_is(tmp_path):
+    """Layout tq2_0 from a file: the bytes as they are (from_tq2_0's matrix), and the
+    tensors from_tq2_0 refuses refused too (the codec then decides)."""
+    rng = _rng("tq2_0 as it is")
+    codec = get_codec("tq2_0")
+    codes = rng.integers(-1, 2, (40, 512)).astype(np.int8)
+    raw = codec.pack(codes, rng.uniform(0.1, 2.0, 40).astype(np.float32))
+    path = tmp_path / "t.bin"
+    path.write_bytes(b"\0" * 10 + raw.tobytes())
+    want = MOD.TernaryMatrix.from_tq2_0(raw, 40, 512, "w")
+    got = MOD.TernaryMatrix.from_file("tq2_0", str(path), 10, 40, 512, "tq2_0", "w", None, 3)
+    assert got.layout == "tq2_0" and not got.in_place
+    np.testing.assert_array_equal(got.codes(), want.codes())
+    np.testing.assert_array_equal(got.scales, want.scales)
+    bad = raw.reshape(40, 2, 66).copy()
+    bad[33, 1, 64:66] = 0  # a zero-scale block that holds codes
+    path.write_bytes(b"\0" * 10 + bad.tobytes())
+    with pytest.raises(ValueError, match="zero-scale block"):
+        MOD.TernaryMatrix.from_file("tq2_0", str(path), 10, 40, 512, "tq2_0", "w", None, 3)
+    i2_s, rows, cols = _tensor("i2_s", 2, 2)
+    path.write_bytes(i2_s.tobytes())
+    with pytest.raises(ValueError, match="only TQ2_0"):
+        MOD.TernaryMatrix.from_file("i2_s", str(path), 0, rows, cols, "tq2_0", "w")

@@ -254,8 +254,20 @@ class NativeCpuProvider(ReferenceProvider):
         mod = self.native_module()
         layout = self.layout
         if layout == "auto" and weight.format == "tq2_0":
-            try:  # the file's bytes as they are, no repacking: copied into huge pages
-                # (their file pages then let go) or, where there are none, used in place
+            extent = file_extent(np.asarray(weight.raw)) if mod.huge_page_weights() else None
+            try:  # the file's bytes as they are, no repacking: read into huge pages (pread
+                # where they are in a file), or, where there are none, used in place
+                if extent is not None:
+                    return mod.TernaryMatrix.from_file(
+                        "tq2_0",
+                        *extent,
+                        weight.rows,
+                        weight.cols,
+                        "tq2_0",
+                        weight.name,
+                        None,
+                        self.threads,
+                    )
                 matrix = mod.TernaryMatrix.from_tq2_0(
                     weight.raw, weight.rows, weight.cols, weight.name
                 )
