@@ -326,8 +326,10 @@ void raw_rows(void *c, int64_t r0, int64_t r1) {
     auto *x = static_cast<RawCtx *>(c);
     const RawSource &src = x->src;
     if (x->err.load(std::memory_order_relaxed)) return;
-    std::vector<uint8_t> buf;
-    std::vector<int8_t> codes;
+    // kept by each thread: a fresh 256 KiB buffer a chunk would be mapped, faulted in
+    // and unmapped again each time
+    thread_local std::vector<uint8_t> buf;
+    thread_local std::vector<int8_t> codes;
     const uint8_t *in = src.bytes(r0 * src.row_bytes, (r1 - r0) * src.row_bytes, buf);
     if (!in) return x->fail(kShortRead);
     for (int64_t r = r0; r < r1; ++r) {
@@ -539,7 +541,8 @@ void dense_i8_fill_file(DenseI8 &d, const std::string &path, int64_t offset, boo
         py::gil_scoped_release nogil;
         parallel_for(d.rows, 64, threads, [](void *c, int64_t r0, int64_t r1) {
             auto *x = static_cast<Ctx *>(c);
-            std::vector<uint8_t> buf(static_cast<size_t>((r1 - r0) * x->row_bytes));
+            thread_local std::vector<uint8_t> buf;  // kept by each thread, as in raw_rows
+            buf.resize(static_cast<size_t>((r1 - r0) * x->row_bytes));
             if (!read_at(x->fd, x->offset + r0 * x->row_bytes, buf.data(), static_cast<int64_t>(buf.size())))
                 return x->short_read.store(true);
             fill_i8_rows(*x->d, buf.data(), x->f16, r0, 0, r1 - r0);
