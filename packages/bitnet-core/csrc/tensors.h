@@ -43,6 +43,15 @@ struct TernaryMatrix {
     static std::shared_ptr<TernaryMatrix> from_codes(CArray<int8_t> codes, CArray<float> scales,
                                                      const std::string &layout,
                                                      const std::string &name);
+    // a file's bytes in a layout unpack.h reads, straight into `layout`
+    static std::shared_ptr<TernaryMatrix> from_raw(const std::string &format, py::array raw, int64_t rows,
+                                                   int64_t cols, const std::string &layout,
+                                                   const std::string &name, py::object factor, int threads);
+    // the same from the tensor's bytes at `offset` of a file, read with pread
+    static std::shared_ptr<TernaryMatrix> from_file(const std::string &format, const std::string &path,
+                                                    int64_t offset, int64_t rows, int64_t cols,
+                                                    const std::string &layout, const std::string &name,
+                                                    py::object factor, int threads);
     py::array_t<int8_t> codes() const;
     void unpack_row(int64_t r, int8_t *o) const;
 };
@@ -73,6 +82,16 @@ std::shared_ptr<DenseI8> dense_i8_from(py::array table);
 std::shared_ptr<DenseI8> dense_i8_empty(int64_t rows, int64_t cols);
 // Rows [start, start + block rows) from a float16 or float32 block [n, cols].
 void dense_i8_fill_rows(DenseI8 &d, int64_t start, py::array block);
+
+// Every row of a float16 (f16) or float32 table stored at `offset` of a file,
+// read with pread on the thread pool (threads 0: all).
+void dense_i8_fill_file(DenseI8 &d, const std::string &path, int64_t offset, bool f16, int threads);
+
+// Files read with pread (weights copied out of a file need no mapping of it):
+// a descriptor (-1: cannot), n bytes at offset (false: a short read or error).
+int open_file(const std::string &path);
+void close_file(int fd);
+bool read_at(int fd, int64_t offset, uint8_t *out, int64_t n);
 
 // `a` is float16 / float32 (numpy's equivalence: not object identity, since a
 // dtype made elsewhere, e.g. by gguf-py's reader, is not numpy's own instance)

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from ..model.load_stages import stage_line
+
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
@@ -98,7 +100,8 @@ def load_model(args: argparse.Namespace):
     print(
         f"bitnet: {model.selection} model={model.path} "
         f"layers={model.config.num_layers} hidden={model.config.hidden_size} "
-        f"act_quant={'on' if model.quantize_activations else 'off'} load={model.load_s:.2f}s",
+        f"act_quant={'on' if model.quantize_activations else 'off'} load={model.load_s:.2f}s"
+        + (f" ({stage_line(model.load_stages)})" if model.load_stages else ""),
         file=sys.stderr,
     )
     return model

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import QuantizationError, ShapeError, UnsupportedModelError
+from ..native import load_native
 
 
 class Codec:
@@ -23,6 +24,8 @@ class Codec:
     ggml_type: int | None = None
     #: Columns must be a multiple of this (1: any width).
     col_multiple: int = 1
+    #: The native module reads this layout (``_native.unpack_raw``, ``TernaryMatrix.from_raw``).
+    native_reader: bool = False
 
     def nbytes(self, rows: int, cols: int) -> int:
         """Size in bytes of a ``[rows, cols]`` tensor in this layout."""
@@ -33,7 +36,24 @@ class Codec:
         raise NotImplementedError
 
     def unpack(self, raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
-        """Raw bytes -> ``(codes int8 [rows, cols], scales float32 [rows])``."""
+        """Raw bytes -> ``(codes int8 [rows, cols], scales float32 [rows])``.
+
+        Layouts with a ``native_reader`` are read by the native module on every
+        thread; ``unpack_numpy`` is their reference, and also reads any tensor
+        the native reader refuses, so errors are the codec's own.
+        """
+        if self.native_reader:
+            data = self.raw_bytes(raw, rows, cols)
+            mod, _ = load_native()
+            if mod is not None:
+                try:
+                    return tuple(mod.unpack_raw(self.name, data, rows, cols))  # type: ignore[return-value]
+                except ValueError:
+                    pass  # a row it cannot take as the codec would: the codec says why
+        return self.unpack_numpy(raw, rows, cols)
+
+    def unpack_numpy(self, raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+        """``unpack`` in numpy alone: the reference the native reader is tested against."""
         raise NotImplementedError
 
     def dequantize(self, raw: np.ndarray, rows: int, cols: int) -> np.ndarray:

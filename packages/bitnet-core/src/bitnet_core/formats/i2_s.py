@@ -38,6 +38,7 @@ class I2_S(Codec):
     name = "i2_s"
     ggml_type = 36
     col_multiple = QK  # bitnet.cpp's kernels walk each row in 128-weight blocks
+    native_reader = True
 
     def nbytes(self, rows: int, cols: int) -> int:
         return rows * cols // 4 + TRAILER
@@ -55,7 +56,7 @@ class I2_S(Codec):
         trailer[:4] = np.array([scale], dtype="<f4").view(np.uint8)
         return np.concatenate([packed, trailer])
 
-    def unpack(self, raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    def unpack_numpy(self, raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
         data = self.raw_bytes(raw, rows, cols)
         n = rows * cols
         scale = data[n // 4 : n // 4 + 4].copy().view("<f4")[0]

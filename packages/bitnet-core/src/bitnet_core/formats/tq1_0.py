@@ -43,6 +43,7 @@ class TQ1_0(Codec):
     name = "tq1_0"
     ggml_type = 34
     col_multiple = QK
+    native_reader = True
 
     def nbytes(self, rows: int, cols: int) -> int:
         return rows * (cols // QK) * BLOCK_BYTES
@@ -62,7 +63,7 @@ class TQ1_0(Codec):
         out = np.concatenate([qs0, qs1, qh, d.view(np.uint8).reshape(nb, 2)], axis=1)
         return out.reshape(-1)
 
-    def unpack(self, raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    def unpack_numpy(self, raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
         blocks = self.raw_bytes(raw, rows, cols).reshape(-1, BLOCK_BYTES)
         nb = blocks.shape[0]
         d = blocks[:, 52:54].copy().view(np.float16).reshape(nb).astype(np.float32)

@@ -23,6 +23,7 @@ class TQ2_0(Codec):
     name = "tq2_0"
     ggml_type = 35
     col_multiple = QK
+    native_reader = True
 
     def nbytes(self, rows: int, cols: int) -> int:
         return rows * (cols // QK) * BLOCK_BYTES
@@ -39,7 +40,7 @@ class TQ2_0(Codec):
         d = np.where(live, np.repeat(s, cols // QK), 0).astype(np.float16)
         return np.concatenate([qs, d.view(np.uint8).reshape(nb, 2)], axis=1).reshape(-1)
 
-    def unpack(self, raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    def unpack_numpy(self, raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
         blocks = self.raw_bytes(raw, rows, cols).reshape(-1, BLOCK_BYTES)
         nb = blocks.shape[0]
         d = blocks[:, 64:66].copy().view(np.float16).reshape(nb).astype(np.float32)

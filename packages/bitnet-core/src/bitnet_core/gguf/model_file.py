@@ -48,6 +48,11 @@ class FileCodec:
         self.path = path
         self.tensor = tensor
 
+    @property
+    def native_reader(self) -> bool:
+        """The native module may read the raw bytes (then times ``factor``, as ``unpack``)."""
+        return bool(getattr(self.inner, "native_reader", False)) and not self.require_ternary
+
     def unpack(self, raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
         if (
             self.require_ternary

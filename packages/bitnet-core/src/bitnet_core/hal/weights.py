@@ -112,6 +112,13 @@ class TernaryWeight:
             )
         return codes, scales
 
+    def native_source(self) -> tuple[str, np.ndarray | None] | None:
+        """``(layout name, per-row scale factor or None)`` where the native module may
+        read ``raw`` as it is (``TernaryMatrix.from_raw``), else None."""
+        if not getattr(self.codec, "native_reader", False):
+            return None
+        return self.format, getattr(self.codec, "factor", None)
+
     def codes(self) -> np.ndarray:
         return self.unpack()[0]
 

@@ -28,6 +28,7 @@ from ..sdk.runner import GenericRunner
 from ..sdk.trace import LaunchTrace
 from ..sdk.weights import ModelWeights
 from .generation import GenerationStats, Session, generate_tokens, stream_text
+from .load_stages import measuring, stage
 from .sampling import SamplingParams
 
 log = logging.getLogger("bitnet")
@@ -105,6 +106,7 @@ class Model:
         weights: ModelWeights | None = None,
         path: Path | None = None,
         load_s: float = 0.0,
+        load_stages: dict[str, float] | None = None,
     ) -> None:
         self.runner = runner
         self.config = runner.config
@@ -113,6 +115,8 @@ class Model:
         self.weights = weights
         self.path = path
         self.load_s = load_s
+        #: seconds of load_s by stage (``model.load_stages``): read, device, repack, upload, head
+        self.load_stages = dict(load_stages or {})
         self.last_stats: GenerationStats | None = None
         self.last_params: SamplingParams | None = None
         trace = getattr(self.provider, "trace", None)
@@ -362,28 +366,32 @@ def load(
         weights = ModelWeights.from_model_file(open_model_file(model_path))
         return model_path, weights, _tokenizer_from_metadata(weights.metadata)
 
-    # auto/gpu probe GPU runtimes in a child process (hal/probe_child.py): the
-    # file's header and tokenizer are read meanwhile; a device error is still
-    # the one raised
-    prefetch(device)
-    try:
-        model_path, weights, tokenizer = read()
-    except Exception:
-        select(device)  # raises the device error, if any
-        raise
-    selection = select(device)
-    runner = _make_runner(
-        selection.provider,
-        weights,
-        quantize_activations=quantize_activations,
-        kv_cache=kv_cache,
-        progress=progress,
-    )
+    with measuring() as stages:
+        # auto/gpu probe GPU runtimes in a child process (hal/probe_child.py): the
+        # file's header and tokenizer are read meanwhile; a device error is still
+        # the one raised
+        with stage("read"):
+            prefetch(device)
+            try:
+                model_path, weights, tokenizer = read()
+            except Exception:
+                select(device)  # raises the device error, if any
+                raise
+        with stage("device"):
+            selection = select(device)
+        runner = _make_runner(
+            selection.provider,
+            weights,
+            quantize_activations=quantize_activations,
+            kv_cache=kv_cache,
+            progress=progress,
+        )
     return Model(
         runner,
         selection=selection,
         tokenizer=tokenizer,
         weights=weights,
         path=model_path,
+        load_stages=stages,
         load_s=time.perf_counter() - t0,
     )

@@ -134,6 +134,7 @@ def build_receipt(model: Any, stats: Any, **extra: Any) -> dict:
             "decode_s": stats.decode_s,
             "decode_steps": stats.decode_steps,
             "load_s": getattr(model, "load_s", 0.0),
+            "load_stages": dict(getattr(model, "load_stages", {})),
         },
         "finish_reason": stats.finish_reason,
         # "device": greedy tokens chosen on the device; "host": logits to the host a step

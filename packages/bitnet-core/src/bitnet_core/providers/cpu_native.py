@@ -58,8 +58,9 @@ from ..hal.extra_ops import attention_window_ref, gelu_mul_ref
 from ..hal.provider import Availability, RopeStyle
 from ..hal.switches import env_int
 from ..hal.weights import TernaryWeight
+from ..model.load_stages import stage
 from ..native import cpu_features, load_native
-from .file_pages import release_file_pages
+from .file_pages import file_extent, release_file_pages
 from .reference import ReferenceProvider
 
 LAYOUTS = ("auto", "i2_128", "tq1_160")
@@ -254,8 +255,20 @@ class NativeCpuProvider(ReferenceProvider):
         mod = self.native_module()
         layout = self.layout
         if layout == "auto" and weight.format == "tq2_0":
-            try:  # the file's bytes as they are, no repacking: copied into huge pages
-                # (their file pages then let go) or, where there are none, used in place
+            extent = file_extent(np.asarray(weight.raw)) if mod.huge_page_weights() else None
+            try:  # the file's bytes as they are, no repacking: read into huge pages (pread
+                # where they are in a file), or, where there are none, used in place
+                if extent is not None:
+                    return mod.TernaryMatrix.from_file(
+                        "tq2_0",
+                        *extent,
+                        weight.rows,
+                        weight.cols,
+                        "tq2_0",
+                        weight.name,
+                        None,
+                        self.threads,
+                    )
                 matrix = mod.TernaryMatrix.from_tq2_0(
                     weight.raw, weight.rows, weight.cols, weight.name
                 )
@@ -264,13 +277,23 @@ class NativeCpuProvider(ReferenceProvider):
                 return matrix
             except ValueError:
                 pass  # unusual data (e.g. zero-scale blocks with codes): the codec decides
+        target = "i2_128" if layout == "auto" else layout
+        source = weight.native_source()
+        if source is not None:
+            fmt, factor = source
+            shape = (weight.rows, weight.cols, target, weight.name, factor, self.threads)
+            extent = file_extent(np.asarray(weight.raw))
+            try:  # the file's bytes straight into the kernels' layout, on every thread: read
+                # with pread where they are in a file (no mapping to fault in and let go)
+                if extent is not None:
+                    return mod.TernaryMatrix.from_file(fmt, *extent, *shape)
+                return mod.TernaryMatrix.from_raw(fmt, weight.raw, *shape)
+            except ValueError:
+                pass  # a row the codec reads otherwise or refuses: the codec decides
         codes, scales = weight.unpack()
         try:
             return mod.TernaryMatrix.from_codes(
-                codes,
-                np.asarray(scales, np.float32),
-                "i2_128" if layout == "auto" else layout,
-                weight.name,
+                codes, np.asarray(scales, np.float32), target, weight.name
             )
         except ValueError as exc:
             raise QuantizationError(str(exc)) from None
@@ -323,13 +346,18 @@ class NativeCpuProvider(ReferenceProvider):
         if hit is not None and hit[0]() is table:
             return hit[1]
         arr = np.asarray(table)
-        dense = self.native_module().DenseI8.empty(*arr.shape)
-        # block by block, letting each block's pages of the GGUF go once converted (if
-        # it is a file mapping): the head reads the int8 copy from now on, and of the
-        # float table only the embedding rows of the tokens seen are read again
-        for start in range(0, arr.shape[0], _I8_BLOCK_ROWS):
-            dense.fill_rows(start, arr[start : start + _I8_BLOCK_ROWS])
-            release_file_pages(arr[: start + _I8_BLOCK_ROWS])
+        with stage("head"):
+            dense = self.native_module().DenseI8.empty(*arr.shape)
+            extent = file_extent(arr) if arr.dtype in (np.float16, np.float32) else None
+            filled = False
+            if extent is not None:  # read with pread on every thread: no mapping to let go
+                try:
+                    dense.fill_file(*extent, arr.dtype == np.float16, self.threads)
+                    filled = True
+                except ValueError:
+                    pass  # the file cannot be read so: through its mapping
+            if not filled:
+                self._fill_head_blocks(dense, arr)
         tables = self._i8_tables
         try:  # dropped with the table, so a model let go frees its int8 head
             ref: Any = weakref.ref(table, lambda _: tables.pop(key, None))
@@ -337,6 +365,16 @@ class NativeCpuProvider(ReferenceProvider):
             ref = lambda table=table: table  # noqa: E731
         tables[key] = (ref, dense)
         return dense
+
+    @staticmethod
+    def _fill_head_blocks(dense: Any, arr: np.ndarray) -> None:
+        """``dense`` from ``arr`` block by block, letting each block's pages of the GGUF
+        go once converted (if it is a file mapping): the head reads the int8 copy from
+        now on, and of the float table only the embedding rows of the tokens seen are
+        read again."""
+        for start in range(0, arr.shape[0], _I8_BLOCK_ROWS):
+            dense.fill_rows(start, arr[start : start + _I8_BLOCK_ROWS])
+            release_file_pages(arr[: start + _I8_BLOCK_ROWS])
 
     # --- the fused runner --------------------------------------------------------
     def native_module(self) -> Any:

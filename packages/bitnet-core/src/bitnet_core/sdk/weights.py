@@ -24,6 +24,7 @@ from ..config import BitNetConfig
 from ..errors import ShapeError, UnsupportedModelError
 from ..hal.bf16 import BF16Array
 from ..hal.weights import TernaryWeight
+from .load_stages import stage
 
 LAYER_TERNARY = {
     "q": names.ATTN_Q,
@@ -165,7 +166,11 @@ class DeviceWeights:
         if not cfg.linear_norms:
             in_norms = {}
         steps = 3 + cfg.num_layers * (len(LAYER_TERNARY) + len(norms) + len(in_norms))
-        with _progress(steps, progress, "loading " + _short(weights.source)) as bar:
+        host = getattr(provider, "device_kind", "cpu") == "cpu"
+        with (
+            stage("repack" if host else "upload"),
+            _progress(steps, progress, "loading " + _short(weights.source)) as bar,
+        ):
 
             def dense(name: str, scale: float = 1.0) -> Any:
                 arr = host_dense_for(provider, weights.dense[name])

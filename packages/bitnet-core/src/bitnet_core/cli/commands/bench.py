@@ -10,7 +10,8 @@ replayed graph or recorded step counts).
 On the fused CPU engine it also times each op of the decode steps (ms a step,
 and GB/s for the ops that read weights or the KV cache): where a decode step's
 time goes; with the checked int8 head, also the rows it recomputed exactly a
-decode token.
+decode token. It also prints the model's load time by stage (read, repack or
+upload, head: ``model.load_stages``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ConfigError
+from ...model.load_stages import stage_line
 from ...model.receipt import launch_trace
 from ..model_options import add_model_args, load_model
 
@@ -179,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
         "prompt_tokens_per_s_stdev": statistics.stdev(pp) if len(pp) > 1 else 0.0,
         "decode_tokens_per_s_stdev": statistics.stdev(tg) if len(tg) > 1 else 0.0,
         "load_s": model.load_s,
+        "load_stages": model.load_stages,
     }
     if args.profile:
         result["profile"] = step_profile(
@@ -197,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
             f"(± {result['decode_tokens_per_s_stdev']:.2f})"
         )
         if args.profile:
+            print(f"load: {model.load_s:.2f} s ({stage_line(model.load_stages)})")
             prof = result["profile"]
             subs, kernels = prof["submissions_per_step"], prof["launches_per_step"]
             print(
