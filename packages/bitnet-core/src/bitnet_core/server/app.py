@@ -234,7 +234,8 @@ def create_app(
 
     def shown(job: Job) -> int:
         """Tokens whose text the client has (logprobs leave out what a stop string cut)."""
-        return job.text.tokens_shown if job.text is not None else 0
+        text = job.step.text if job.step is not None else None
+        return text.tokens_shown if text is not None else 0
 
     def usage(job: Job) -> dict:
         p, c = job.stats.prompt_tokens or len(job.prompt_ids), job.stats.generated_tokens

@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import BitnetError, ConfigError, ContextLengthError
-from ..model.generation import GenerationStats, TextPieces
-from ..model.processors import TokenProcessor, accept_token, apply_processors
-from ..model.sampling import Sampler, SamplingParams
+from ..model.generation import GenerationStats
+from ..model.processors import TokenProcessor
+from ..model.sampling import SamplingParams
+from ..model.step import TokenStep
 
 DONE = object()  # sentinel: the sequence ended (its stats are final)
 
@@ -57,12 +58,9 @@ class Job:
     seq: Any = None  # the KV-cache sequence, once started
     prefilled: int = 0  # prompt tokens in the cache
     next_token: int | None = None  # sampled, to be fed at the next step
-    history: list[int] = field(default_factory=list)
-    sampler: Sampler | None = None
-    text: TextPieces | None = None
+    step: TokenStep | None = None  # the per-token rules (model/step.py)
     started: float | None = None  # first step of the prompt (queue wait = started - enqueued)
     first_token_step: int | None = None  # the scheduler step that sampled the first token
-    eos: frozenset[int] = frozenset()
 
     def cancel(self) -> None:
         """Called when the client goes away: the worker drops the sequence at its next step."""
@@ -171,20 +169,18 @@ class Scheduler:
                 f"prompt of {len(job.prompt_ids)} tokens does not fit the context of "
                 f"{job.seq.max_len} tokens"
             )
-        job.sampler = Sampler(job.params)
-        job.history = list(job.prompt_ids)
-        job.eos = frozenset(int(e) for e in self.model.eos_ids)
-        job.text = TextPieces(self.model.decode, job.prompt_ids, job.params.stop)
+        job.step = TokenStep(
+            job.params,
+            job.prompt_ids,
+            eos_ids=self.model.eos_ids,
+            processors=job.processors,
+            decode=self.model.decode,
+            stats=job.stats,
+        )
         job.stats.prompt_tokens = len(job.prompt_ids)
         job.started = time.perf_counter()
 
     def _finish(self, job: Job, error: BaseException | None = None, reason: str = "") -> None:
-        if error is None and not job.cancelled.is_set() and job.text is not None:
-            tail = job.text.finish()
-            if job.text.stopped:
-                reason = "stop"
-            if tail:
-                job._emit(tail)
         if reason:
             job.stats.finish_reason = reason
         if job.seq is not None:
@@ -239,35 +235,15 @@ class Scheduler:
         else:
             job.stats.decode_s += seconds
             job.stats.decode_steps += 1
-        stats = job.stats
-        if stats.generated_tokens >= job.params.max_tokens:  # max_tokens 0: the prompt only
-            self._finish(job, reason="length")
-            return False
-        raw = logits
-        if job.processors:
-            logits = apply_processors(job.processors, logits)
-        tok = job.sampler.sample(logits, job.history)  # type: ignore[union-attr]
-        constrained_done = bool(job.processors) and accept_token(job.processors, tok, raw)
-        if tok in job.eos:
-            self._finish(job, reason="stop")
-            return False
-        job.history.append(tok)
-        stats.generated_tokens += 1
-        if job.first_token_step is None:
+        out = job.step(logits, room=job.seq.length + 1 <= job.seq.max_len)  # type: ignore[misc]
+        if out.token is not None and job.first_token_step is None:
             job.first_token_step = self.stats.steps_total
-        piece = job.text.feed(tok)  # type: ignore[union-attr]
-        if piece:
-            job._emit(piece)
-        if job.text.stopped or constrained_done:  # type: ignore[union-attr]
-            self._finish(job, reason="stop")
+        if out.piece:
+            job._emit(out.piece)
+        if out.finish:
+            self._finish(job, reason=out.finish)
             return False
-        if stats.generated_tokens >= job.params.max_tokens:
-            self._finish(job, reason="length")
-            return False
-        if job.seq.length + 1 > job.seq.max_len:
-            self._finish(job, reason="context")
-            return False
-        job.next_token = tok
+        job.next_token = out.token
         return True
 
     def _step(self, jobs: list[Job]) -> list[Job]:
