@@ -58,16 +58,22 @@ def create_app(
     default_max_tokens: int = 256,
     max_body_bytes: int = 8 << 20,
     step_tokens: int | None = None,
+    prefix_cache: bool = True,
 ) -> FastAPI:
     """An app serving ``model`` under the name ``model_name``.
 
     ``max_body_bytes`` caps a request body (413 beyond it); a request's
     ``max_tokens`` is bounded by what the context leaves after its prompt;
     ``step_tokens`` is the scheduler's token budget per batched step
-    (``server/scheduler.py``).
+    (``server/scheduler.py``); ``prefix_cache`` reuses the KV of prompt prefixes
+    computed before (``model/prefix_cache.py``).
     """
     scheduler = Scheduler(
-        model, max_active=max_active, max_queue=max_queue, step_tokens=step_tokens
+        model,
+        max_active=max_active,
+        max_queue=max_queue,
+        step_tokens=step_tokens,
+        prefix_cache=prefix_cache,
     )
 
     @contextlib.asynccontextmanager
@@ -239,7 +245,12 @@ def create_app(
 
     def usage(job: Job) -> dict:
         p, c = job.stats.prompt_tokens or len(job.prompt_ids), job.stats.generated_tokens
-        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+        return {
+            "prompt_tokens": p,
+            "completion_tokens": c,
+            "total_tokens": p + c,
+            "prompt_tokens_details": {"cached_tokens": job.stats.cached_tokens},
+        }
 
     def finish_reason(job: Job) -> str:
         return "stop" if job.stats.finish_reason == "stop" else "length"

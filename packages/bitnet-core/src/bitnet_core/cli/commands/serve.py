@@ -54,6 +54,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=8 << 20,
         help="largest request body; bigger ones get 413 (default 8 MiB)",
     )
+    p.add_argument(
+        "--no-prefix-cache",
+        dest="prefix_cache",
+        action="store_false",
+        help="compute every prompt in full (default: reuse the KV of prefixes computed before)",
+    )
     p.set_defaults(func=run)
 
 
@@ -87,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         default_max_tokens=args.max_tokens,
         max_body_bytes=args.max_body_bytes,
         step_tokens=args.step_tokens,
+        prefix_cache=args.prefix_cache,
     )
     print(f"serving {name} on http://{args.host}:{args.port}", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
