@@ -7,10 +7,10 @@ import itertools
 import pytest
 
 from bitnet_core.config import BitNetConfig
-from bitnet_core.model import load_stages
 from bitnet_core.model.api import load
-from bitnet_core.model.load_stages import measuring, stage, stage_line
 from bitnet_core.model.random import random_model_file
+from bitnet_core.sdk import load_stages
+from bitnet_core.sdk.load_stages import measuring, stage, stage_line
 
 CFG = BitNetConfig(
     vocab_size=300,

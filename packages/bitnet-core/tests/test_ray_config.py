@@ -72,7 +72,7 @@ def test_cpu_replica_asks_for_no_gpu_and_explicit_resources_win():
         ({"max_active": -1}, "max_active"),
         ({"replica": 2}, "replica"),  # a typo is refused, not ignored
         ({"kv_type": "q8"}, "kv_type"),
-        ({"max_active": 8, "step_tokens": 8}, "step_tokens (8) must be above max_active (8)"),
+        ({"max_active": 8, "step_tokens": 8}, "--step-tokens (8) must be above --parallel (8)"),
         ({"ctx_size": 0}, "ctx_size"),
     ],
 )

@@ -207,6 +207,49 @@ def test_burst_is_served_by_both_replicas(cluster):
     assert counted.keys() == served and all(n >= 1 for n in counted.values())
 
 
+def test_conversations_go_to_the_replica_that_holds_their_prefix(cluster):
+    """20 conversations of 5 turns, each named by Ray's session header: the turns after the
+    first reuse cached KV (each replica has its own prefix cache) and stay on one replica."""
+
+    async def conversation(c: httpx.AsyncClient, i: int, gate: asyncio.Semaphore) -> list:
+        messages = [
+            {"role": "system", "content": f"Conversation {i}: you are player {i * 7919}."},
+            {"role": "user", "content": f"Scene {i}: who enters?"},
+        ]
+        turns = []
+        for turn in range(5):
+            async with gate:
+                r = await c.post(
+                    "/v1/chat/completions",
+                    json={"model": MODEL, "messages": messages, "max_tokens": 8, "temperature": 0},
+                    headers={"x-session-id": f"conversation-{i}"},
+                )
+            r.raise_for_status()
+            body = r.json()
+            turns.append(
+                (r.headers[HEADER], body["usage"]["prompt_tokens_details"]["cached_tokens"])
+            )
+            reply = body["choices"][0]["message"]["content"]
+            messages += [
+                {"role": "assistant", "content": reply},
+                {"role": "user", "content": f"And then, {turn}?"},
+            ]
+        return turns
+
+    async def all_of_them() -> list[list]:
+        gate = asyncio.Semaphore(8)  # 4 a replica, half its --max-active: room at home
+        async with httpx.AsyncClient(base_url=cluster, timeout=REQUEST_TIMEOUT) as c:
+            return await asyncio.gather(*(conversation(c, i, gate) for i in range(20)))
+
+    convs = asyncio.run(asyncio.wait_for(all_of_them(), 6 * REQUEST_TIMEOUT))
+    later = [t for turns in convs for t in turns[1:]]
+    hits = sum(1 for _, cached in later if cached > 0)
+    home = sum(1 for turns in convs for replica, _ in turns[1:] if replica == turns[0][0])
+    assert hits >= 0.9 * len(later), f"{hits} of {len(later)} later turns reused a prefix"
+    assert home >= 0.9 * len(later), f"{home} of {len(later)} later turns stayed home"
+    assert len({turns[0][0] for turns in convs}) == 2  # the sessions spread over both
+
+
 async def _request(client: httpx.AsyncClient, i: int, victim: str, on_victim: asyncio.Event):
     """One request of the burst: ('complete'|'error', replica, detail); never raises."""
     stream = i % 2 == 0

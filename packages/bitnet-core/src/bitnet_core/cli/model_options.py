@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from ..model.load_stages import stage_line
+from ..sdk.load_stages import stage_line
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

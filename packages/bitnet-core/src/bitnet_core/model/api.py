@@ -24,11 +24,11 @@ import numpy as np
 from ..errors import ModelFileError, RequestError, TokenizerError
 from ..hal.selection import Selection, StartupSummary, prefetch, select
 from ..sdk.kv_cache import KVCacheConfig
+from ..sdk.load_stages import measuring, stage
 from ..sdk.runner import GenericRunner
 from ..sdk.trace import LaunchTrace
 from ..sdk.weights import ModelWeights
-from .generation import GenerationStats, Session, generate_tokens, stream_text
-from .load_stages import measuring, stage
+from .generation import GenerationStats, Session, generate_steps, generate_tokens
 from .sampling import SamplingParams
 
 log = logging.getLogger("bitnet")
@@ -303,10 +303,16 @@ class Model:
         params = SamplingParams.from_kwargs(max_tokens=max_tokens, **sampling)
         ids = self._prompt_ids(prompt)
         self.last_stats, self.last_params = GenerationStats(), params
-        tokens = generate_tokens(
-            self.runner, ids, params, eos_ids=self.eos_ids, stats=self.last_stats, session=session
+        steps = generate_steps(
+            self.runner,
+            ids,
+            params,
+            eos_ids=self.eos_ids,
+            stats=self.last_stats,
+            session=session,
+            decode=tok.decode,
         )
-        return stream_text(tokens, tok.decode, ids, params.stop, self.last_stats)
+        return _pieces(steps)
 
     def generate(self, prompt: str | Sequence[int], max_tokens: int = 128, **sampling: Any) -> str:
         """The generated text (without the prompt)."""
@@ -395,3 +401,13 @@ def load(
         load_stages=stages,
         load_s=time.perf_counter() - t0,
     )
+
+
+def _pieces(steps: Iterator) -> Iterator[str]:
+    """The non-empty text pieces of ``generate_steps``' steps."""
+    try:
+        for out in steps:
+            if out.piece:
+                yield out.piece
+    finally:
+        steps.close()

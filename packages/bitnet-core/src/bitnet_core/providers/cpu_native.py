@@ -58,8 +58,8 @@ from ..hal.extra_ops import attention_window_ref, gelu_mul_ref
 from ..hal.provider import Availability, RopeStyle
 from ..hal.switches import env_int
 from ..hal.weights import TernaryWeight
-from ..model.load_stages import stage
 from ..native import cpu_features, load_native
+from ..sdk.load_stages import stage
 from .file_pages import file_extent, release_file_pages
 from .reference import ReferenceProvider
 

@@ -219,6 +219,9 @@ class KVCache:
         self.evictions = 0
         self.used_blocks = 0
         self._lock = threading.RLock()
+        #: frees blocks held for reuse (a prefix cache, model/prefix_cache.py) before any
+        #: sequence is evicted: ``reclaim(blocks) -> blocks freed``
+        self.reclaim: Callable[[int], int] | None = None
 
     # --- accounting ----------------------------------------------------------
     def _tick(self) -> int:
@@ -287,6 +290,9 @@ class KVCache:
 
     def _evict_for(self, seq: Sequence, blocks_needed: int) -> None:
         while self.used_blocks + blocks_needed > self.max_blocks:
+            short = self.used_blocks + blocks_needed - self.max_blocks
+            if self.reclaim is not None and self.reclaim(short) > 0:
+                continue
             others = [s for s in self.sequences.values() if s is not seq and s.capacity]
             if not others:
                 raise ContextLengthError(

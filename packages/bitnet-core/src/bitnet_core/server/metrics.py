@@ -69,6 +69,8 @@ def render_metrics(
 ) -> str:
     s = scheduler.stats
     kv = model.runner.kv.stats() if hasattr(getattr(model, "runner", None), "kv") else {}
+    prefix = scheduler.prefix
+    pc = prefix.as_dict() if prefix is not None else {}
     tps = s.generated_tokens_total / s.decode_seconds_total if s.decode_seconds_total > 0 else 0.0
     rows: list[tuple[str, str, str, float]] = [
         ("bitnet_requests_total", "counter", "Requests accepted", s.requests_total),
@@ -132,6 +134,30 @@ def render_metrics(
             "counter",
             "Sequences evicted from the KV cache",
             kv.get("evictions", 0),
+        ),
+        (
+            "bitnet_prefix_cache_hit_tokens_total",
+            "counter",
+            "Prompt tokens reused from the prefix cache",
+            pc.get("hit_tokens", 0),
+        ),
+        (
+            "bitnet_prefix_cache_miss_tokens_total",
+            "counter",
+            "Prompt tokens computed (not in the prefix cache)",
+            pc.get("miss_tokens", 0),
+        ),
+        (
+            "bitnet_prefix_cache_evictions_total",
+            "counter",
+            "Prefix cache blocks dropped for room",
+            pc.get("evictions", 0),
+        ),
+        (
+            "bitnet_prefix_cache_blocks",
+            "gauge",
+            "Blocks in the prefix cache",
+            pc.get("cached_blocks", 0),
         ),
         (
             "bitnet_uptime_seconds",

@@ -4,45 +4,45 @@
 config file, or ``bitnet serve-ray``'s flags); ``deployment_options`` turns them
 into Ray Serve's deployment options: replicas or ``autoscaling_config``,
 ``ray_actor_options`` (CPUs and GPUs per replica) and ``max_ongoing_requests``
-tied to the server's ``--max-active``/``--max-queue``; ``serve_config`` writes
+tied to the server's ``--max-active``/``--max-queue``, the prefix-aware request
+router (``ray_router``); ``serve_config`` writes
 the whole config file ``serve deploy`` reads.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from ..errors import ConfigError
+from .options import ServerOptions
 
 APP_NAME = "bitnet"
 DEPLOYMENT_NAME = "BitnetServer"
 IMPORT_PATH = "bitnet_core.server.ray_serve:build_app"
+#: the request router: a session's requests to the replica holding its prefix (ray_router.py)
+ROUTER_CLASS = "bitnet_core.server.ray_router:PrefixAffinityRouter"
 # fields that become Ray Serve deployment options rather than engine settings
 RAY_FIELDS = frozenset(
     {"replicas", "min_replicas", "max_replicas", "target_ongoing_requests", "num_cpus", "num_gpus"}
 )
 
 
-class RayServeArgs(BaseModel):
-    """The application's arguments; every field has ``bitnet serve``'s meaning."""
+class _ReplicaArgs(BaseModel):
+    """The model each replica loads and Ray Serve's own settings; the server's options
+    (``ServerOptions``, ``server/options.py``) are added to these as fields below."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
     model: str | None = None  # a GGUF path on every node (None: the bundled demo model)
     device: str | None = None  # resolved on the replica's node
     threads: int | None = Field(default=None, ge=1)  # CPU threads per replica
-    model_name: str | None = None
-    api_key: str | None = None
-    max_active: int = Field(default=8, ge=1)
-    max_queue: int = Field(default=256, ge=1)
-    max_tokens: int = Field(default=256, ge=1)
     ctx_size: int | None = Field(default=None, ge=1)  # tokens of one sequence
     kv_type: Literal["f16", "f32"] | None = None
     kv_budget: int | None = Field(default=None, ge=1)  # KV-cache MiB of each replica
-    max_body_bytes: int = Field(default=8 << 20, ge=1)
-    step_tokens: int | None = Field(default=None, ge=2)  # tokens of one batched step
     # Ray Serve: a fixed number of replicas, or autoscaling bounds
     replicas: int | None = Field(default=None, ge=1)
     min_replicas: int | None = Field(default=None, ge=0)
@@ -51,8 +51,17 @@ class RayServeArgs(BaseModel):
     num_cpus: float | None = Field(default=None, ge=0)
     num_gpus: float | None = Field(default=None, ge=0)
 
+    def server_options(self) -> ServerOptions:
+        """The replica's ``ServerOptions`` (``ConfigError`` for a bad one)."""
+        names = [f.name for f in dataclasses.fields(ServerOptions)]
+        return ServerOptions(**{n: getattr(self, n) for n in names})
+
     @model_validator(mode="after")
-    def _check(self) -> RayServeArgs:
+    def _check(self) -> _ReplicaArgs:
+        try:
+            self.server_options()
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         autoscaling = self.min_replicas is not None or self.max_replicas is not None
         if autoscaling and self.replicas is not None:
             raise ValueError("give replicas, or min_replicas/max_replicas, not both")
@@ -65,10 +74,6 @@ class RayServeArgs(BaseModel):
                 )
         elif self.target_ongoing_requests is not None:
             raise ValueError("target_ongoing_requests needs min_replicas/max_replicas")
-        if self.step_tokens is not None and self.step_tokens <= self.max_active:
-            raise ValueError(
-                f"step_tokens ({self.step_tokens}) must be above max_active ({self.max_active})"
-            )
         return self
 
     @property
@@ -90,6 +95,16 @@ class RayServeArgs(BaseModel):
         if self.threads is not None:
             return self.threads
         return max(1, int(self.num_cpus)) if self.num_cpus else 1
+
+
+_HINTS = typing.get_type_hints(ServerOptions)
+#: the application's arguments: ``_ReplicaArgs`` plus every ``ServerOptions`` field
+RayServeArgs = create_model(
+    "RayServeArgs",
+    __base__=_ReplicaArgs,
+    __doc__="The application's arguments; every field has ``bitnet serve``'s meaning.",
+    **{f.name: (_HINTS[f.name], f.default) for f in dataclasses.fields(ServerOptions)},
+)
 
 
 def parse_args(args: dict[str, Any] | RayServeArgs | None) -> RayServeArgs:
@@ -123,6 +138,7 @@ def deployment_options(args: RayServeArgs) -> dict[str, Any]:
         "max_ongoing_requests": args.max_active,
         "max_queued_requests": args.max_queue,
         "ray_actor_options": actor,
+        "request_router_config": {"request_router_class": ROUTER_CLASS},
     }
     if args.min_replicas is not None:
         opts["autoscaling_config"] = {

@@ -14,6 +14,7 @@ Needs ``pip install 'bitnet-core[ray]'``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -172,17 +173,10 @@ class BitnetServer:
         self.started = time.time()
 
     def __serve_build_asgi_app__(self) -> Any:
-        a = self.args
-        app = create_app(
-            self.model,
-            self.name,
-            api_key=a.api_key or os.environ.get("BITNET_API_KEY") or None,
-            max_active=a.max_active,
-            max_queue=a.max_queue,
-            default_max_tokens=a.max_tokens,
-            max_body_bytes=a.max_body_bytes,
-            step_tokens=a.step_tokens,
-        )
+        opts = self.args.server_options()
+        if opts.api_key is None and os.environ.get("BITNET_API_KEY"):
+            opts = dataclasses.replace(opts, api_key=os.environ["BITNET_API_KEY"])
+        app = create_app(self.model, self.name, opts)
         return ReplicaMiddleware(app, self.info)
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,9 +27,13 @@ from typing import Any
 import numpy as np
 
 from ..errors import BitnetError, ConfigError, ContextLengthError
-from ..model.generation import GenerationStats, TextPieces
-from ..model.processors import TokenProcessor, accept_token, apply_processors
-from ..model.sampling import Sampler, SamplingParams
+from ..model import prefix_cache as prefix_cache_module
+from ..model.generation import GenerationStats
+from ..model.processors import TokenProcessor
+from ..model.sampling import SamplingParams
+from ..model.step import TokenStep
+
+log = logging.getLogger("bitnet.server")
 
 DONE = object()  # sentinel: the sequence ended (its stats are final)
 
@@ -57,12 +63,9 @@ class Job:
     seq: Any = None  # the KV-cache sequence, once started
     prefilled: int = 0  # prompt tokens in the cache
     next_token: int | None = None  # sampled, to be fed at the next step
-    history: list[int] = field(default_factory=list)
-    sampler: Sampler | None = None
-    text: TextPieces | None = None
+    step: TokenStep | None = None  # the per-token rules (model/step.py)
     started: float | None = None  # first step of the prompt (queue wait = started - enqueued)
     first_token_step: int | None = None  # the scheduler step that sampled the first token
-    eos: frozenset[int] = frozenset()
 
     def cancel(self) -> None:
         """Called when the client goes away: the worker drops the sequence at its next step."""
@@ -94,7 +97,14 @@ class SchedulerStats:
 
 
 class Scheduler:
-    """Runs every request's generation on one worker thread, one batched forward a step."""
+    """Runs every request's generation on one worker thread, one batched forward a step.
+
+    With ``prefix_cache`` (the default) a request starts from the longest prefix of
+    its prompt whose KV another request computed (``model/prefix_cache.py``): a
+    sequence's prompt blocks are cached once its prefill is done, the rest of its
+    tokens when it finishes. A request whose prompt shares at least a block beyond
+    the cache with a prompt still being computed waits for that one's prefill.
+    """
 
     def __init__(
         self,
@@ -102,6 +112,7 @@ class Scheduler:
         max_active: int = 8,
         max_queue: int = 256,
         step_tokens: int | None = None,
+        prefix_cache: bool = True,
     ) -> None:
         step_tokens = (
             max(DEFAULT_STEP_TOKENS, max_active + 1) if step_tokens is None else step_tokens
@@ -118,6 +129,8 @@ class Scheduler:
         self.max_queue = max_queue
         self.step_tokens = step_tokens
         self.stats = SchedulerStats()
+        self.prefix = prefix_cache_module.attach(model.runner) if prefix_cache else None
+        self._ids = itertools.count(1)
         self._pending: collections.deque[Job] = collections.deque()
         self._active: list[Job] = []
         self._cv = threading.Condition()
@@ -157,6 +170,9 @@ class Scheduler:
             self._stop = True
             self._cv.notify()
         self._thread.join(timeout=10)
+        if self.prefix is not None:
+            prefix_cache_module.detach(self.model.runner)
+            self.prefix = None
 
     # --- the worker thread ----------------------------------------------------------
     def _start(self, job: Job) -> None:
@@ -171,23 +187,26 @@ class Scheduler:
                 f"prompt of {len(job.prompt_ids)} tokens does not fit the context of "
                 f"{job.seq.max_len} tokens"
             )
-        job.sampler = Sampler(job.params)
-        job.history = list(job.prompt_ids)
-        job.eos = frozenset(int(e) for e in self.model.eos_ids)
-        job.text = TextPieces(self.model.decode, job.prompt_ids, job.params.stop)
+        if self.prefix is not None:
+            job.prefilled = self.prefix.start(job.seq, job.prompt_ids)
+            job.stats.cached_tokens = job.prefilled
+        job.step = TokenStep(
+            job.params,
+            job.prompt_ids,
+            eos_ids=self.model.eos_ids,
+            processors=job.processors,
+            decode=self.model.decode,
+            stats=job.stats,
+        )
         job.stats.prompt_tokens = len(job.prompt_ids)
         job.started = time.perf_counter()
 
     def _finish(self, job: Job, error: BaseException | None = None, reason: str = "") -> None:
-        if error is None and not job.cancelled.is_set() and job.text is not None:
-            tail = job.text.finish()
-            if job.text.stopped:
-                reason = "stop"
-            if tail:
-                job._emit(tail)
         if reason:
             job.stats.finish_reason = reason
         if job.seq is not None:
+            if self.prefix is not None and error is None and job.step is not None:
+                self.prefix.store(job.seq, job.step.history)  # the tokens it holds
             job.seq.close()  # frees the KV-cache blocks
             job.seq = None
         job.error = error
@@ -198,6 +217,14 @@ class Scheduler:
         self.stats.prompt_tokens_total += job.stats.prompt_tokens
         self.stats.generated_tokens_total += job.stats.generated_tokens
         self.stats.decode_seconds_total += job.stats.decode_s + job.stats.prompt_s
+        s = job.stats
+        log.info(
+            "request %d: prompt %d tokens (%d cached), %d generated, finish %s, "
+            "prompt %.3f s, decode %.3f s%s",
+            next(self._ids), s.prompt_tokens, s.cached_tokens, s.generated_tokens,
+            s.finish_reason or ("error" if error else "cancelled"), s.prompt_s, s.decode_s,
+            f", error: {error}" if error else "",
+        )  # fmt: skip
         job._emit(DONE)
 
     def _plan(self, jobs: list[Job]) -> list[tuple[Job, list[int]]]:
@@ -236,50 +263,35 @@ class Scheduler:
             if job.prefilling:
                 return True
             job.stats.prompt_s = time.perf_counter() - job.started  # type: ignore[operator]
+            if self.prefix is not None:  # others sharing the prompt may start from it now
+                self.prefix.store(job.seq, job.prompt_ids)
         else:
             job.stats.decode_s += seconds
             job.stats.decode_steps += 1
-        stats = job.stats
-        if stats.generated_tokens >= job.params.max_tokens:  # max_tokens 0: the prompt only
-            self._finish(job, reason="length")
-            return False
-        raw = logits
-        if job.processors:
-            logits = apply_processors(job.processors, logits)
-        tok = job.sampler.sample(logits, job.history)  # type: ignore[union-attr]
-        constrained_done = bool(job.processors) and accept_token(job.processors, tok, raw)
-        if tok in job.eos:
-            self._finish(job, reason="stop")
-            return False
-        job.history.append(tok)
-        stats.generated_tokens += 1
-        if job.first_token_step is None:
+        out = job.step(logits, room=job.seq.length + 1 <= job.seq.max_len)  # type: ignore[misc]
+        if out.token is not None and job.first_token_step is None:
             job.first_token_step = self.stats.steps_total
-        piece = job.text.feed(tok)  # type: ignore[union-attr]
-        if piece:
-            job._emit(piece)
-        if job.text.stopped or constrained_done:  # type: ignore[union-attr]
-            self._finish(job, reason="stop")
+        if out.piece:
+            job._emit(out.piece)
+        if out.finish:
+            self._finish(job, reason=out.finish)
             return False
-        if stats.generated_tokens >= job.params.max_tokens:
-            self._finish(job, reason="length")
-            return False
-        if job.seq.length + 1 > job.seq.max_len:
-            self._finish(job, reason="context")
-            return False
-        job.next_token = tok
+        job.next_token = out.token
         return True
 
     def _step(self, jobs: list[Job]) -> list[Job]:
         """One batched forward for the active jobs; the jobs that finished."""
         finished: list[Job] = []
         live: list[Job] = []
+        leaders = [j for j in jobs if j.seq is not None and j.prefilling]
         for job in jobs:
             if job.cancelled.is_set():
                 self._finish(job)
                 finished.append(job)
                 continue
             if job.seq is None:
+                if self._follows(job, leaders):
+                    continue  # starts once the leader's prompt blocks are cached
                 try:
                     self._start(job)
                 except Exception as exc:  # noqa: BLE001 - a bad request must not stop the server
@@ -287,6 +299,8 @@ class Scheduler:
                     finished.append(job)
                     continue
             live.append(job)
+            if job.prefilling and job not in leaders:
+                leaders.append(job)
         plan = self._plan(live)
         if not plan:
             return finished
@@ -308,6 +322,20 @@ class Scheduler:
             if not keep:
                 finished.append(job)
         return finished
+
+    def _follows(self, job: Job, leaders: list[Job]) -> bool:
+        """True when a prompt being computed shares at least one more cacheable block with
+        ``job``'s than the cache holds now (so ``job`` should wait for it)."""
+        if self.prefix is None or not leaders:
+            return False
+        bt, ids = self.prefix.block_tokens, np.asarray(job.prompt_ids)
+        best = 0
+        for lead in leaders:
+            other = np.asarray(lead.prompt_ids[: ids.size])
+            n = min(other.size, ids.size - 1)
+            diff = np.flatnonzero(ids[:n] != other[:n])
+            best = max(best, (int(diff[0]) if diff.size else n) // bt * bt)
+        return best > 0 and best > self.prefix.reusable(job.prompt_ids)
 
     def _run(self) -> None:
         while True:

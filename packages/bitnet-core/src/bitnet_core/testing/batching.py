@@ -4,7 +4,9 @@
 and then every step through ``forward_batch``, gives the reference engine's
 tokens. ``check_scheduler_streams(device, tmp_path)``: the server's scheduler
 on the device, five requests submitted at once (prompts chunked, decode
-tokens batched), each stream's text equal to its solo greedy run; it returns
+tokens batched), each stream's text equal to its solo greedy run, then the
+same five again, their prompts' whole blocks copied from the prefix cache
+(``model/prefix_cache.py``) and their texts unchanged; it returns
 the model so that a backend's test can ask its runner what it recorded.
 ``prefill_pairs`` and ``check_prompt_chunk_beside_decodes``: the frame of a
 backend's "each row equals the sequence alone" test (two sequences a prompt,
@@ -61,7 +63,8 @@ def check_batched_greedy(device: str, weights: Any) -> None:
 
 def check_scheduler_streams(device: str, tmp_path: Path) -> Model:
     """Five requests through the server's ``Scheduler`` at once on ``device``: every stream
-    ends without error and its text equals its solo greedy run. Returns the model."""
+    ends without error and its text equals its solo greedy run; sent again, each reuses its
+    prompt's cached blocks and gives the same text. Returns the model."""
     random_model_file(tmp_path / "m.gguf", BitNetConfig(**SCHEDULER_CONFIG), seed=9)
     model = load(tmp_path / "m.gguf", device=device)
     sched = Scheduler(model, max_active=4, step_tokens=24)
@@ -89,10 +92,15 @@ def check_scheduler_streams(device: str, tmp_path: Path) -> Model:
             ([(s * 31 + 7 * i) % 290 + 5 for i in range(n)], SamplingParams(temperature=0.0, max_tokens=m))
             for n, s, m in REQUESTS
         ]  # fmt: skip
-        for job, text in asyncio.run(go(requests)):
+        first = asyncio.run(go(requests))
+        for job, text in first:
             assert job.error is None
             assert text == solo(job)
         assert sched.stats.steps_total > 0
+        # again: the prompts' whole 16-token blocks now come from the prefix cache
+        for (job, text), (_, want) in zip(asyncio.run(go(requests)), first, strict=True):
+            assert job.error is None and text == want
+            assert job.stats.cached_tokens == (len(job.prompt_ids) - 1) // 16 * 16
     finally:
         sched.close()
     return model

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ConfigError
-from ...model.load_stages import stage_line
 from ...model.receipt import launch_trace
+from ...sdk.load_stages import stage_line
 from ..model_options import add_model_args, load_model
 
 

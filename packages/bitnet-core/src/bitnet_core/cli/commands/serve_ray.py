@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
 from ...errors import ConfigError
+from ...server.options import ServerOptions, add_server_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -37,32 +39,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="address of Ray's HTTP proxy")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
-    p.add_argument("--model-name", default=None, help="name clients use (default: the file's stem)")
-    p.add_argument("--max-active", type=int, default=8, help="sequences each replica decodes")
-    p.add_argument(
-        "--max-queue", type=int, default=256, help="requests waiting for a replica before 503"
-    )
-    p.add_argument("--max-tokens", type=int, default=256, help="default max_tokens of a request")
     p.add_argument("--ctx-size", "-c", type=int, default=None, help="context length (tokens)")
     p.add_argument("--kv-type", choices=["f16", "f32"], default=None, help="KV cache element type")
     p.add_argument(
         "--kv-budget", type=int, default=None, metavar="MIB", help="KV cache MiB of each replica"
     )
     p.add_argument(
-        "--max-body-bytes", type=int, default=None, help="largest request body (8 MiB); else 413"
-    )
-    p.add_argument(
-        "--step-tokens",
-        "--max-num-batched-tokens",
-        dest="step_tokens",
-        type=int,
-        default=None,
-        help="tokens one batched step may carry (as bitnet serve)",
-    )
-    p.add_argument(
         "--address", default=None, help="a running Ray cluster (default: start a local one)"
     )
+    add_server_args(p)  # server/options.py: what `bitnet serve` takes, for each replica
     p.add_argument(
         "--print-config",
         action="store_true",
@@ -76,16 +61,10 @@ def app_args(args: argparse.Namespace) -> dict[str, Any]:
         "model",
         "device",
         "threads",
-        "model_name",
-        "api_key",
-        "max_active",
-        "max_queue",
-        "max_tokens",
         "ctx_size",
         "kv_type",
         "kv_budget",
-        "max_body_bytes",
-        "step_tokens",
+        *(f.name for f in dataclasses.fields(ServerOptions)),
         "replicas",
         "min_replicas",
         "max_replicas",

@@ -1,0 +1,294 @@
+"""Prefix caching: the KV of prompts already computed, kept in blocks keyed by their tokens.
+
+A block holds the K and V rows of ``block_size`` consecutive tokens, every
+layer, copied out of a sequence that computed them. Its key is a hash chain
+(as vLLM's): ``sha256(parent key + the block's token ids)``, so a key stands
+for the whole prefix up to the block's end, not just its own tokens. A new
+sequence looks up its prompt's blocks in order and copies the longest run of
+hits into its own cache (``load``); it then computes only the rest.
+
+Why copies: a sequence's cache is one contiguous ``[capacity, kv_heads,
+head_dim]`` array per layer (what every provider's ``attention`` reads), so
+two sequences cannot point at the same rows. Copying is a device-side
+``kv_store`` of each block per layer (host numpy on the CPU providers); the
+rows are the bits the first sequence computed.
+
+Memory: the cache charges its blocks to the runner's ``KVCache`` (the same
+``--kv-budget`` as the sequences), in the cache's own block units, rounded
+up. When a sequence needs room, ``KVCache`` first asks ``reclaim`` to drop
+cached blocks, least recently used first, leaves of the chain first, never
+one being copied; only then does it evict sequences. Storing never evicts a
+sequence: a block that finds no room is simply not cached.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+#: tokens of one cached block (vLLM's default); a prompt's last partial block is computed again
+DEFAULT_BLOCK_TOKENS = 16
+
+
+@dataclass(eq=False)
+class Block:
+    key: bytes
+    parent: bytes
+    k: list[Any]  # one [block_tokens, kv_heads, head_dim] array per layer
+    v: list[Any]
+    children: int = 0  # cached blocks whose parent this is (only leaves are evicted)
+    pins: int = 0  # copies in progress (never evicted while pinned)
+
+
+@dataclass
+class PrefixStats:
+    hit_tokens: int = 0  # prompt tokens copied from the cache
+    miss_tokens: int = 0  # prompt tokens computed
+    evictions: int = 0  # blocks dropped for room
+    stored_blocks: int = 0  # blocks ever added
+    lookups: int = 0
+
+
+def chain_keys(ids: Any, block_tokens: int, parent: bytes = b"") -> list[bytes]:
+    """The hash-chain key of each full block of ``ids``."""
+    arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+    keys = []
+    for i in range(arr.size // block_tokens):
+        chunk = arr[i * block_tokens : (i + 1) * block_tokens]
+        parent = hashlib.sha256(parent + chunk.tobytes()).digest()
+        keys.append(parent)
+    return keys
+
+
+class PrefixCache:
+    """Blocks of K/V rows keyed by the token prefix they hold, for one runner's ``KVCache``.
+
+    ``runner``: a generic runner or one built on it (``kv``, ``pool``,
+    ``provider``, sequences with per-layer ``k``/``v`` arrays). ``close`` gives
+    every block back and detaches the cache from the runner's ``KVCache``.
+    """
+
+    def __init__(self, runner: Any, block_tokens: int = DEFAULT_BLOCK_TOKENS) -> None:
+        self.runner = runner
+        self.kv = runner.kv
+        self.provider = runner.provider
+        self.block_tokens = block_tokens
+        self.blocks: collections.OrderedDict[bytes, Block] = collections.OrderedDict()  # LRU
+        self.stats = PrefixStats()
+        self._charged = 0  # KV cache blocks charged for the cached blocks
+        self.users = 0  # schedulers sharing it (attach/detach)
+        self._shape = (block_tokens, self.kv.kv_heads, self.kv.head_dim)
+        if getattr(self.kv, "reclaim", None) is not None:
+            raise RuntimeError("this runner's KV cache already has a prefix cache")
+        self.kv.reclaim = self.reclaim
+
+    # --- accounting ------------------------------------------------------------------
+    def _kv_blocks(self, n_blocks: int) -> int:
+        return math.ceil(n_blocks * self.block_tokens / self.kv.config.block_size)
+
+    def _recharge(self) -> None:
+        want = self._kv_blocks(len(self.blocks))
+        self.kv.used_blocks += want - self._charged
+        self._charged = want
+
+    def _drop_one(self) -> bool:
+        """Drop the least recently used unpinned leaf; False when there is none."""
+        for key, b in self.blocks.items():
+            if b.children == 0 and b.pins == 0:
+                del self.blocks[key]
+                parent = self.blocks.get(b.parent)
+                if parent is not None:
+                    parent.children -= 1
+                for a in (*b.k, *b.v):
+                    self.runner.pool.release(a)
+                self.stats.evictions += 1
+                return True
+        return False
+
+    def reclaim(self, kv_blocks: int) -> int:
+        """Drop cached blocks until ``kv_blocks`` KV-cache blocks were freed (or none is
+        left to drop); the KV-cache blocks freed. ``KVCache`` calls it under its lock."""
+        before = self._charged
+        while before - self._charged < kv_blocks and self._drop_one():
+            self._recharge()
+        return before - self._charged
+
+    @property
+    def cached_tokens(self) -> int:
+        return len(self.blocks) * self.block_tokens
+
+    def reusable(self, ids: Any) -> int:
+        """Tokens of ``ids`` that ``match`` would give now (nothing is marked used)."""
+        with self.kv._lock:
+            n = 0
+            for key in chain_keys(list(ids)[: max(len(ids) - 1, 0)], self.block_tokens):
+                if key not in self.blocks:
+                    break
+                n += self.block_tokens
+            return n
+
+    def start(self, seq: Any, ids: Any) -> int:
+        """Fill the empty sequence ``seq`` with the longest cached prefix of ``ids`` and count
+        the hit and the miss; the tokens reused (the caller computes the rest)."""
+        n = self.load(seq, self.match(ids))
+        self.stats.hit_tokens += n
+        self.stats.miss_tokens += len(ids) - n
+        return n
+
+    # --- lookups and copies ---------------------------------------------------------------
+    def match(self, ids: Any) -> list[Block]:
+        """The cached blocks of the longest cached prefix of ``ids`` that leaves at least one
+        token to compute (the logits come from it); marks them used."""
+        with self.kv._lock:
+            self.stats.lookups += 1
+            found: list[Block] = []
+            for key in chain_keys(list(ids)[: max(len(ids) - 1, 0)], self.block_tokens):
+                b = self.blocks.get(key)
+                if b is None:
+                    break
+                found.append(b)
+            for b in found:
+                self.blocks.move_to_end(b.key)
+            return found
+
+    def load(self, seq: Any, blocks: list[Block]) -> int:
+        """Copy ``blocks`` into the empty sequence ``seq``; the tokens it now holds."""
+        n = len(blocks) * self.block_tokens
+        if not blocks:
+            return 0
+        with self.kv._lock:
+            for b in blocks:
+                b.pins += 1
+            try:
+                seq.reserve(n)  # may reclaim other cached blocks, never these
+                p, bt = self.provider, self.block_tokens
+                for layer in range(self.kv.num_layers):
+                    k, v = seq.layer(layer)
+                    for i, b in enumerate(blocks):
+                        p.kv_store(k, b.k[layer], i * bt)
+                        p.kv_store(v, b.v[layer], i * bt)
+                seq.advance(n)
+            finally:
+                for b in blocks:
+                    b.pins -= 1
+        return n
+
+    def _rows(self, arr: Any, start: int) -> Any:
+        """Rows ``[start, start + block_tokens)`` of a cache array, on its device."""
+        if isinstance(arr, np.ndarray):
+            return arr[start : start + self.block_tokens]
+        p, (bt, h, d) = self.provider, self._shape
+        flat = p.reshape(arr, (int(arr.shape[0]), h * d))
+        rows = p.embedding(flat, np.arange(start, start + bt, dtype=np.int64))
+        return p.reshape(rows, self._shape)
+
+    def store(self, seq: Any, ids: Any) -> int:
+        """Cache the full blocks of ``ids``, the tokens ``seq`` holds from position 0 (those
+        already cached are marked used); the blocks added. Stops where the budget has no
+        room left without evicting a sequence."""
+        ids = list(ids)[: seq.length]
+        added = 0
+        with self.kv._lock:
+            if not seq.usable:
+                return 0
+            parent = b""
+            for i, key in enumerate(chain_keys(ids, self.block_tokens)):
+                old = self.blocks.get(key)
+                if old is not None:
+                    self.blocks.move_to_end(key)
+                    parent = key
+                    continue
+                if not self._make_room(parent):
+                    break
+                block = self._copy_out(seq, key, parent, i * self.block_tokens)
+                self.blocks[key] = block
+                if parent in self.blocks:
+                    self.blocks[parent].children += 1
+                self._recharge()
+                self.stats.stored_blocks += 1
+                added += 1
+                parent = key
+        return added
+
+    def _make_room(self, parent: bytes) -> bool:
+        """Room for one more block within the budget, dropping other cached blocks if
+        needed (but not ``parent``, which the new block extends)."""
+        kv = self.kv
+        need = self._kv_blocks(len(self.blocks) + 1) - self._charged
+        pinned = self.blocks.get(parent)
+        if pinned is not None:
+            pinned.pins += 1
+        try:
+            while kv.used_blocks + need > kv.max_blocks:
+                if not self._drop_one():
+                    return False
+                self._recharge()
+                need = self._kv_blocks(len(self.blocks) + 1) - self._charged
+            return True
+        finally:
+            if pinned is not None:
+                pinned.pins -= 1
+
+    def _copy_out(self, seq: Any, key: bytes, parent: bytes, start: int) -> Block:
+        p, pool, dtype = self.provider, self.runner.pool, self.kv.dtype
+        ks, vs = [], []
+        for layer in range(self.kv.num_layers):
+            k, v = seq.layer(layer)
+            bk, bv = pool.acquire(self._shape, dtype), pool.acquire(self._shape, dtype)
+            p.kv_store(bk, self._rows(k, start), 0)
+            p.kv_store(bv, self._rows(v, start), 0)
+            ks.append(bk)
+            vs.append(bv)
+        return Block(key, parent, ks, vs)
+
+    def close(self) -> None:
+        """Give every block back; the KV cache no longer reclaims through this cache."""
+        with self.kv._lock:
+            for b in self.blocks.values():
+                for a in (*b.k, *b.v):
+                    self.runner.pool.release(a)
+            self.blocks.clear()
+            self._recharge()
+            if getattr(self.kv, "reclaim", None) == self.reclaim:
+                self.kv.reclaim = None
+
+    def as_dict(self) -> dict:
+        s = self.stats
+        return {
+            "block_tokens": self.block_tokens,
+            "cached_blocks": len(self.blocks),
+            "cached_tokens": self.cached_tokens,
+            "hit_tokens": s.hit_tokens,
+            "miss_tokens": s.miss_tokens,
+            "evictions": s.evictions,
+        }
+
+
+def attach(runner: Any) -> PrefixCache | None:
+    """The runner's prefix cache, made on first use (None where the runner keeps no
+    ``KVCache`` of per-layer sequence arrays); ``detach`` once per ``attach``."""
+    from .kv_cache import KVCache
+
+    if not isinstance(getattr(runner, "kv", None), KVCache) or not hasattr(runner, "pool"):
+        return None
+    cache = getattr(runner, "prefix_cache", None)
+    if cache is None:
+        cache = runner.prefix_cache = PrefixCache(runner)
+    cache.users += 1
+    return cache
+
+
+def detach(runner: Any) -> None:
+    """One user fewer; the last one gives the blocks back."""
+    cache = getattr(runner, "prefix_cache", None)
+    if cache is None:
+        return
+    cache.users -= 1
+    if cache.users <= 0:
+        cache.close()
+        runner.prefix_cache = None
