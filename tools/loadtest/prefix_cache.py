@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from bitnet_core.model.api import load
-    from bitnet_core.model.kv_cache import KVCacheConfig
+    from bitnet_core.sdk.kv_cache import KVCacheConfig
     from bitnet_core.server.app import create_app
     from bitnet_core.server.live import LiveServer
 

@@ -15,7 +15,7 @@ import pytest
 
 from bitnet_core.config import BitNetConfig
 from bitnet_core.model.api import load
-from bitnet_core.model.kv_cache import KVCacheConfig
+from bitnet_core.sdk.kv_cache import KVCacheConfig
 from bitnet_core.model.processors import LogprobRecorder
 from bitnet_core.model.random import random_model_file
 from bitnet_core.model.sampling import SamplingParams

@@ -272,7 +272,7 @@ class PrefixCache:
 def attach(runner: Any) -> PrefixCache | None:
     """The runner's prefix cache, made on first use (None where the runner keeps no
     ``KVCache`` of per-layer sequence arrays); ``detach`` once per ``attach``."""
-    from .kv_cache import KVCache
+    from ..sdk.kv_cache import KVCache
 
     if not isinstance(getattr(runner, "kv", None), KVCache) or not hasattr(runner, "pool"):
         return None
