@@ -31,10 +31,9 @@ def _negated_logits_after_fourth() -> None:
 
 def _int_dot_ignored() -> None:
     """The Vulkan provider ignores ``BITNET_VULKAN_INT_DOT``."""
-    os.environ.pop("BITNET_VULKAN_INT_DOT", None)
-    from bitnet_vulkan import runtime
+    from bitnet_vulkan.runtime import context
 
-    runtime._int_dot_request = lambda: None
+    context._want_int_dot = lambda info: info.int_dot_accelerated
 
 
 def _activation_3bit() -> None:
