@@ -37,29 +37,30 @@ def _int_dot_ignored() -> None:
 
 
 def _activation_3bit() -> None:
-    """Activations quantized to 3 bits (codes -3..3) instead of int8, in every path."""
+    """The reference provider quantizes activations to 3 bits (codes -3..3), not int8."""
     import numpy as np
 
-    from bitnet_core.kernels import reference
+    from bitnet_core.providers.reference import ReferenceProvider
 
-    def quantize(x, eps=1e-5):  # type: ignore[no-untyped-def]
+    def quantize_act(self, x):  # type: ignore[no-untyped-def]
         x = np.asarray(x, dtype=np.float32)
-        amax = np.maximum(np.abs(x).max(axis=-1, keepdims=True), eps)
-        scale = 3.0 / amax
-        q = np.clip(np.round(x * scale), -3, 3).astype(np.int8)
-        return q, (1.0 / scale).astype(np.float32)
+        amax = np.maximum(np.abs(x).max(axis=1, initial=0.0), np.float32(1e-5))
+        scale = (np.float32(3.0) / amax).astype(np.float32)
+        return np.clip(np.round(x * scale[:, None]), -3, 3).astype(np.int8), scale
 
-    reference._planted_quantize = quantize
+    ReferenceProvider.quantize_act = quantize_act
 
 
 def _rmsnorm_weightless() -> None:
-    """The reference rmsnorm ignores its weight."""
+    """The reference provider's rmsnorm ignores its weight."""
     import numpy as np
 
-    from bitnet_core.kernels import reference
+    from bitnet_core.providers.reference import ReferenceProvider
 
-    rmsnorm = reference.rmsnorm
-    reference.rmsnorm = lambda x, weight, *a, **k: rmsnorm(x, np.ones_like(weight), *a, **k)
+    rmsnorm = ReferenceProvider.rmsnorm
+    ReferenceProvider.rmsnorm = lambda self, x, weight, eps: rmsnorm(
+        self, x, np.ones_like(weight), eps
+    )
 
 
 PLANTS = {
