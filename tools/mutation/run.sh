@@ -2,6 +2,7 @@
 # Mutation testing with cosmic-ray (in place: each mutant is written into the source
 # file, the module's fastest tests run, the file is restored). One module at a time:
 #   nice -n 19 bash tools/mutation/run.sh sampling      # formats | tokenizer | sampling | generation | scheduler
+#   MUTATION_SAMPLE=40 nice -n 19 bash tools/mutation/run.sh sampling   # a seeded sample of 40 mutants
 # Results: out/mutation/MODULE.sqlite and MODULE.txt (cr-report: each mutant's outcome,
 # the survivors first in the summary). The scores and each survivor's reason: docs/TESTING.md.
 # Do not edit or commit the mutated module while a run is going.
@@ -34,7 +35,11 @@ test-command = "$PWD/.venv/bin/python -m pytest -x -q -p no:cacheprovider -p no:
 name = "local"
 TOML
 cr() { "$UV" run --no-sync --with cosmic-ray==8.7.0 "$@"; }
-[ -f "$out/$module.sqlite" ] || cr cosmic-ray init "$cfg" "$out/$module.sqlite"
+if [ ! -f "$out/$module.sqlite" ]; then
+  cr cosmic-ray init "$cfg" "$out/$module.sqlite"
+  # MUTATION_SAMPLE=N: a seeded sample of N mutants (a module has hundreds, 10-20 s each)
+  [ -z "${MUTATION_SAMPLE:-}" ] || .venv/bin/python tools/mutation/sample.py "$out/$module.sqlite" "$MUTATION_SAMPLE"
+fi
 cr cosmic-ray exec "$cfg" "$out/$module.sqlite"
 cr cr-report "$out/$module.sqlite" --show-pending > "$out/$module.txt" || true
 git diff --quiet -- "$path" || { echo "error: $path is still mutated; git checkout it" >&2; exit 1; }
