@@ -3,6 +3,7 @@
 # file, the module's fastest tests run, the file is restored). One module at a time:
 #   nice -n 19 bash tools/mutation/run.sh sampling      # formats | tokenizer | sampling | generation | scheduler
 #   MUTATION_SAMPLE=40 nice -n 19 bash tools/mutation/run.sh sampling   # a seeded sample of 40 mutants
+#   MUTATION_TIMEOUT=20: seconds before a mutant counts as killed by a hang (default 120)
 # Results: out/mutation/MODULE.sqlite and MODULE.txt (cr-report: each mutant's outcome,
 # the survivors first in the summary). The scores and each survivor's reason: docs/TESTING.md.
 # Do not edit or commit the mutated module while a run is going.
@@ -27,7 +28,7 @@ cfg=$out/$module.toml
 cat > "$cfg" <<TOML
 [cosmic-ray]
 module-path = "$path"
-timeout = 120.0
+timeout = ${MUTATION_TIMEOUT:-120}.0
 excluded-modules = []
 test-command = "$PWD/.venv/bin/python -m pytest -x -q -p no:cacheprovider -p no:randomly $tests"
 
