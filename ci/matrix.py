@@ -10,8 +10,11 @@
 cut short by ``BITNET_CI_DEADLINE`` (seconds since the epoch; ci/test.sh sets
 it so the whole of CI stays within its hour): a lane that would start past
 it is reported "no time" and fails.
-pytest's exit code 5 (no tests collected) passes: a lane whose package has
-no tests of that kind yet is reported as such, not failed. Results are
+A lane that runs nothing fails ("no tests"): a test path that does not
+exist, pytest's exit code 5 (no tests collected: a marker typo, a moved
+folder), or, for ``each_package``, no package's run collecting a test (one
+package's run collecting nothing is fine there). Only a lane without
+``tests`` (``run`` commands only) runs no pytest. Results are
 written to ``$BITNET_CI_OUT/lanes.json`` (default ``out/ci``).
 """
 
@@ -57,14 +60,14 @@ class Lane:
 @dataclass
 class Result:
     lane: str
-    status: str  # passed, failed, no tests, timeout
+    status: str  # passed, failed, no tests (a failure), timeout, no time
     seconds: float
     detail: str = ""
 
 
-def load(path: Path = LANES_FILE) -> list[Lane]:
+def load(path: Path | None = None) -> list[Lane]:
     """The lanes of lanes.toml, plus an automatic lane for every package without one."""
-    data = tomllib.loads(path.read_text())
+    data = tomllib.loads((path or LANES_FILE).read_text())
     defaults = data.get("defaults", {})
     lanes = []
     for name, spec in data.get("lanes", {}).items():
@@ -111,8 +114,12 @@ def pytest_targets(lane: Lane) -> list[list[str]]:
             for tests in sorted((ROOT / base).glob("*/tests")):
                 runs.append([str(tests.relative_to(ROOT))])
         return runs
-    existing = [t for t in lane.tests if (ROOT / t).exists()]
-    return [existing] if existing else []
+    return [list(lane.tests)] if lane.tests else []
+
+
+def missing_paths(lane: Lane) -> list[str]:
+    """The lane's test paths that do not exist."""
+    return [t for t in lane.tests if not (ROOT / t).exists()]
 
 
 def _run(cmd: list[str] | str, env: dict[str, str], deadline: float) -> int:
@@ -158,10 +165,14 @@ def run_lane(lane: Lane) -> Result:
         if code:
             status = "timeout" if code == 124 else "failed"
             return Result(lane.name, status, time.monotonic() - start, f"{command}: exit {code}")
+    missing = missing_paths(lane)
+    if missing:
+        detail = f"test paths that do not exist: {', '.join(missing)}"
+        return Result(lane.name, "no tests", time.monotonic() - start, detail)
+    if not lane.tests and not lane.run:
+        return Result(lane.name, "no tests", time.monotonic() - start, "nothing to run")
     targets = pytest_targets(lane)
-    if not targets and not lane.run:
-        return Result(lane.name, "no tests", time.monotonic() - start, "no test paths yet")
-    collected = bool(lane.run)
+    collected = not lane.tests  # a lane of `run` commands only collects no tests
     for paths in targets:
         # One package per pytest run, so test files never collide across packages and
         # "prepend" lets a package's tests import their helper modules (tests/*.py).
@@ -171,14 +182,19 @@ def run_lane(lane: Lane) -> Result:
             cmd += ["-m", lane.markers]
         print("$ python " + " ".join(cmd[1:]), flush=True)
         code = _run(cmd, env, deadline)
+        if code == NO_TESTS and lane.each_package:
+            continue  # this package has none of the lane's tests; another must
         if code == NO_TESTS:
-            continue
+            return Result(
+                lane.name, "no tests", time.monotonic() - start, f"{paths}: collected no tests"
+            )
         collected = True
         if code:
             status = "timeout" if code == 124 else "failed"
             return Result(lane.name, status, time.monotonic() - start, f"{paths}: exit {code}")
-    status = "passed" if collected else "no tests"
-    return Result(lane.name, status, time.monotonic() - start)
+    if not collected:
+        return Result(lane.name, "no tests", time.monotonic() - start, "collected no tests")
+    return Result(lane.name, "passed", time.monotonic() - start)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = out / "lanes.json.tmp"
     tmp.write_text(json.dumps([r.__dict__ for r in results], indent=1))
     tmp.replace(out / "lanes.json")
-    return 1 if any(r.status in ("failed", "timeout", "no time") for r in results) else 0
+    return 1 if any(r.status != "passed" for r in results) else 0
 
 
 if __name__ == "__main__":

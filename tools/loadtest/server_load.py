@@ -6,7 +6,9 @@
 Without --url it starts its own server (a random model, or --gguf FILE) in
 this process on a free loopback port. Every response is checked: HTTP 200,
 well-formed SSE chunks, a final chunk with usage, ``[DONE]``; with
-temperature 0 each stream's text must equal a solo run of the same prompt.
+temperature 0 every stream's text must equal a solo run of the same prompt
+(the requests cycle through ``--distinct`` prompts of different lengths, each
+run alone once before the burst).
 Prints throughput (generated tokens/s), p50/p99 latency and time to first
 token, and whether /health still answers; exits non-zero on any lost or
 garbled response. Only loopback addresses are accepted.
@@ -73,21 +75,28 @@ async def one(client: httpx.AsyncClient, model: str, prompt: str, max_tokens: in
     }
 
 
-async def run_load(url: str, model: str, concurrency: int, max_tokens: int, headers: dict) -> dict:
-    prompts = [f"request {i}:" for i in range(concurrency)]
+def load_prompts(concurrency: int, distinct: int) -> list[str]:
+    """``concurrency`` prompts cycling through ``distinct`` ones of 1 to 40-odd words."""
+    kinds = [f"request {k}:" + " more" * (k * 7 % 41) for k in range(distinct)]
+    return [kinds[i % distinct] for i in range(concurrency)]
+
+
+async def run_load(
+    url: str, model: str, concurrency: int, max_tokens: int, headers: dict, distinct: int = 20
+) -> dict:
+    prompts = load_prompts(concurrency, distinct)
     limits = httpx.Limits(max_connections=concurrency + 8)
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=600, limits=limits) as c:
-        solo = {p: await one(c, model, p, max_tokens) for p in prompts[:3]}
+        solo = {p: await one(c, model, p, max_tokens) for p in dict.fromkeys(prompts)}
+        bad_solo = [r["error"] for r in solo.values() if not r["ok"]]
+        if bad_solo:
+            raise SystemExit(f"a solo request failed: {bad_solo[0]}")
         t0 = time.perf_counter()
         results = await asyncio.gather(*(one(c, model, p, max_tokens) for p in prompts))
         wall = time.perf_counter() - t0
         health = (await c.get("/health")).json()
     bad = [r for r in results if not r["ok"]]
-    garbled = [
-        r
-        for r in results
-        if r["ok"] and r["prompt"] in solo and r["text"] != solo[r["prompt"]]["text"]
-    ]
+    garbled = [r for r in results if r["ok"] and r["text"] != solo[r["prompt"]]["text"]]
     lat = sorted(r["latency"] for r in results if r["ok"])
     ttft = sorted(r["ttft"] for r in results if r["ok"])
     tokens = sum(r["tokens"] for r in results if r["ok"])
@@ -158,11 +167,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--concurrency", type=int, default=200)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--max-active", type=int, default=16)
+    ap.add_argument(
+        "--step-tokens",
+        type=int,
+        default=None,
+        help="local server's tokens per step (prompts chunk)",
+    )
+    ap.add_argument(
+        "--distinct", type=int, default=20, help="distinct prompts (each run solo once)"
+    )
     ap.add_argument("--api-key", default=None)
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args(argv)
     if not 1 <= args.concurrency <= 1000:
         ap.error("--concurrency must be in 1..1000")
+    if not 1 <= args.distinct <= args.concurrency:
+        ap.error("--distinct must be in 1..concurrency")
     server = None
     if args.url:
         host = urlparse(args.url).hostname or ""
@@ -170,9 +190,13 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("only loopback servers may be load-tested")
         url, model = args.url, args.model or ""
     else:
-        server, url, model = start_local_server(args.gguf, args.max_active, args.concurrency + 8)
+        server, url, model = start_local_server(
+            args.gguf, args.max_active, args.concurrency + 8, step_tokens=args.step_tokens
+        )
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
-    result = asyncio.run(run_load(url, model, args.concurrency, args.max_tokens, headers))
+    result = asyncio.run(
+        run_load(url, model, args.concurrency, args.max_tokens, headers, args.distinct)
+    )
     if server is not None:
         server.stop()
     print(json.dumps(result, indent=2))

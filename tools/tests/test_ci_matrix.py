@@ -1,4 +1,4 @@
-"""ci/matrix.py: the lanes file parses, every package has a lane, exit 5 and timeouts."""
+"""ci/matrix.py: the lanes file parses, every package has a lane, no tests fails, timeouts."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def test_system_packages_of_the_ci_lanes(matrix, capsys):
     assert "pocl-opencl-icd" in packages and "mesa-vulkan-drivers" in packages
 
 
-def test_no_tests_is_not_a_failure(matrix, tmp_path, monkeypatch):
+def test_no_tests_is_a_failure(matrix, tmp_path, monkeypatch):
+    """A marker that selects nothing, a path that does not exist: the lane fails."""
     tests = tmp_path / "tests"
     tests.mkdir()
     (tests / "test_x.py").write_text("def test_x():\n    pass\n")
@@ -48,8 +49,32 @@ def test_no_tests_is_not_a_failure(matrix, tmp_path, monkeypatch):
     assert matrix.run_lane(none).status == "no tests"
     some = matrix.Lane("some", tests=["tests"], timeout=2)
     assert matrix.run_lane(some).status == "passed"
-    missing = matrix.Lane("missing", tests=["nowhere"], timeout=2)
-    assert matrix.run_lane(missing).status == "no tests"
+    missing = matrix.Lane("missing", tests=["tests", "nowhere"], timeout=2)
+    result = matrix.run_lane(missing)
+    assert result.status == "no tests" and "nowhere" in result.detail
+    assert matrix.run_lane(matrix.Lane("empty", timeout=2)).status == "no tests"
+    scripts = matrix.Lane("scripts", run=["true"], timeout=2)  # declared: scripts only
+    assert matrix.run_lane(scripts).status == "passed"
+
+
+def test_a_lane_that_collects_nothing_fails_ci(matrix, tmp_path, monkeypatch, capsys):
+    """each_package: one package without the lane's tests is fine, none with them fails CI."""
+    for pkg, body in (("a", "def test_a():\n    pass\n"), ("b", "")):
+        (tmp_path / "packages" / pkg / "tests").mkdir(parents=True)
+        (tmp_path / "packages" / pkg / "tests" / f"test_{pkg}.py").write_text(body)
+    (tmp_path / "packages" / "a" / "pyproject.toml").write_text("")
+    (tmp_path / "packages" / "b" / "pyproject.toml").write_text("")
+    lanes = tmp_path / "lanes.toml"
+    lanes.write_text(
+        '[lanes.one]\ntests = ["packages"]\neach_package = true\nmarkers = "not slow"\n'
+        '[lanes.typo]\ntests = ["packages"]\neach_package = true\nmarkers = "slwo"\n'
+    )
+    monkeypatch.setattr(matrix, "ROOT", tmp_path)
+    monkeypatch.setattr(matrix, "LANES_FILE", lanes)
+    monkeypatch.setenv("BITNET_CI_OUT", str(tmp_path / "out"))
+    assert matrix.main(["run", "one"]) == 0
+    assert matrix.main(["run", "typo"]) == 1
+    assert "typo       no tests" in capsys.readouterr().out
 
 
 def test_failures_and_timeouts_fail_the_lane(matrix, tmp_path, monkeypatch):

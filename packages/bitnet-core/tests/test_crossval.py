@@ -6,6 +6,11 @@ token ids (tools/crossval/crossval.py holds the shared code and prints the
 figures). Int8 activation rounding is discontinuous: the band two correct
 implementations differ by is measured here (transformers in float32 vs float64,
 per-token vs per-256-block activation scales) and our error must sit inside it.
+
+Every check is a relative-L2 bound on the logits. Argmax agreement is not
+checked: on these random tied-embedding models the argmax at every position is
+the input token itself (``test_argmax_is_the_input_token`` shows it), so any
+engine that adds the embedding to the residual agrees by construction.
 """
 
 from __future__ import annotations
@@ -53,7 +58,12 @@ def test_transformers_exact_without_activation_quantization(silu, ternary_type):
     ours = cv.our_logits(s.files[ternary_type], ids, quant=False)
     assert ours.shape == hf["plain"].shape
     assert cv.rel_l2(ours, hf["plain"]) < 1e-4
-    assert cv.argmax_agreement(ours, hf["plain"]) == 1.0
+
+
+def test_argmax_is_the_input_token(silu):
+    """Why no argmax check here: it would agree by construction (see the module docstring)."""
+    _, ids, hf, _ = silu
+    assert np.mean(np.argmax(hf["q"], axis=-1) == np.array(ids)) >= 0.9
 
 
 @pytest.mark.parametrize("ternary_type", ["f32", "i2_s"])
@@ -64,7 +74,6 @@ def test_transformers_with_int8_activations_inside_band(silu, ternary_type):
     assert 0 < band < 0.2  # the band is real and not absurd
     assert err <= band
     assert cv.rel_l2(ours, hf["q"]) < cv.rel_l2(ours, hf["plain"])  # quantization is on
-    assert cv.argmax_agreement(ours, hf["q"]) >= 0.95
 
 
 def test_llama_cpp_tq2_0(silu):
@@ -77,7 +86,6 @@ def test_llama_cpp_tq2_0(silu):
     # the measured band, and against how far transformers itself is from llama.cpp.
     assert err <= 2 * band
     assert err <= 1.1 * cv.rel_l2(hf["q"], ref) + 1e-3
-    assert cv.argmax_agreement(ours, ref) >= 0.95
 
 
 def test_relu2_model_against_transformers(tmp_path):
@@ -87,4 +95,11 @@ def test_relu2_model_against_transformers(tmp_path):
     assert cv.rel_l2(ours, cv.hf_logits(s.model, ids, quant=False)) < 1e-4
     ours_q = cv.our_logits(s.files["f32"], ids, quant=True)
     hf_q = cv.hf_logits(s.model, ids, quant=True)
-    assert cv.argmax_agreement(ours_q, hf_q) >= 0.95
+    # int8: within the band two correct implementations differ by (float32 vs float64,
+    # per-token vs per-256-block scales; 0.016 here, ours 4e-7; 3-bit activations: 0.61)
+    band = max(
+        cv.rel_l2(hf_q, cv.hf_logits(s.model, ids, quant=True, double=True)),
+        cv.rel_l2(cv.hf_logits(s.model, ids, quant=True, block=256), hf_q),
+    )
+    assert 0 < band < 0.2
+    assert cv.rel_l2(ours_q, hf_q) <= band

@@ -89,6 +89,9 @@ def test_repetition_penalty():
     np.testing.assert_allclose(out, [2.0, -2.0, 1.0, 0.25])
     s = Sampler(SamplingParams(temperature=0, repeat_penalty=4.0))
     assert s.sample(logits, history=[0]) == 2
+    # ids outside the vocabulary in the history (a prompt of another model's ids) are ignored
+    out = apply_repetition_penalty(logits, [4, 9, -1, 1], penalty=2.0, last_n=64)
+    np.testing.assert_allclose(out, [2.0, -4.0, 1.0, 0.5])
 
 
 @pytest.mark.parametrize(
@@ -104,6 +107,8 @@ def test_repetition_penalty():
         {"min_p": -0.1},
         {"min_p": 2},
         {"repeat_penalty": 0},
+        {"repeat_last_n": -1},
+        {"repeat_last_n": 2.5},
         {"seed": -1},
         {"seed": 1.5},
         {"max_tokens": -1},
@@ -115,6 +120,13 @@ def test_repetition_penalty():
 def test_invalid_values_are_config_errors(kw):
     with pytest.raises(ConfigError):
         SamplingParams.from_kwargs(**kw)
+
+
+@pytest.mark.parametrize(
+    "kw", [{"repeat_last_n": 0}, {"min_p": 0.0}, {"top_p": 1.0}, {"seed": 0}, {"max_tokens": 0}]
+)
+def test_boundary_values_are_accepted(kw):
+    assert SamplingParams.from_kwargs(**kw)
 
 
 @given(

@@ -147,3 +147,19 @@ def test_max_tokens_zero_and_budget_checks(model):
         sched.close()
     with pytest.raises(ConfigError, match="step_tokens"):
         Scheduler(model, max_active=8, step_tokens=8)
+
+
+def test_generation_stops_at_the_end_of_the_context(model):
+    """A request that would outgrow the KV cache ends with reason "context", not an error."""
+    max_len = model.runner.new_cache().max_len
+    sched = Scheduler(model, max_active=2, step_tokens=64)
+    try:
+        prompt = _prompt(model, max_len - 3, 6)
+        ((job, _),) = _run(sched, [(prompt, _greedy(50))])
+        assert job.error is None
+        # the last token sampled is not fed: every token but it fits the cache
+        assert (job.stats.finish_reason, job.stats.generated_tokens) == ("context", 4)
+        assert sched.queue_depth == 0
+        assert sched.stats.requests_failed == 0 and sched.stats.decode_seconds_total > 0
+    finally:
+        sched.close()

@@ -60,6 +60,10 @@ def vk_matmul(request) -> VulkanProvider:
     if env[ENV_SUBGROUP] == "1" and not info.subgroup_arithmetic:
         pytest.skip(f"{info.name} has no subgroup arithmetic")
     p = _make(env)
+    forced = env[ENV_INT_DOT] == "1"
+    # the path asked for is the path taken: the context, and the probe that says so
+    assert p.context.use_int_dot == forced, f"{ENV_INT_DOT}={env[ENV_INT_DOT]} not honoured"
+    assert p.probe(explicit=True).details["integer_dot_product"] == forced
     yield p
     p.close()
 

@@ -24,10 +24,10 @@ print(json.dumps({"available": a.available, "reason": a.reason, "step": a.step})
 """
 
 
-def probe_in(env: dict[str, str]) -> dict:
+def probe_in(env: dict[str, str], code: str = PROBE) -> dict:
     full = {**os.environ, "XDG_RUNTIME_DIR": "/tmp", **env}
     out = subprocess.run(
-        [sys.executable, "-c", PROBE], env=full, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -80,11 +80,26 @@ def test_reason_when_the_loader_cannot_load(tmp_path):
     assert "libvulkan.so.1" in r["reason"]
 
 
-def test_forcing_int_dot_where_unsupported_is_an_error():
-    r = probe_in({"BITNET_VULKAN_INT_DOT": "1"})
-    # On devices with the feature this succeeds; the point is it never silently ignores the request.
-    if not r["available"]:
-        assert "shaderIntegerDotProduct" in r["reason"]
+def test_forcing_int_dot_is_honoured_where_supported(vk):
+    """lavapipe (Mesa 22.3) has shaderIntegerDotProduct, not accelerated: off by default, on when forced."""
+    if not vk.device_info.int_dot:
+        pytest.skip(f"{vk.device_info.name} has no shaderIntegerDotProduct")
+    code = PROBE.replace(
+        '"step": a.step', '"step": a.step, "int_dot": a.details.get("integer_dot_product")'
+    )
+    r = probe_in({"BITNET_VULKAN_INT_DOT": "1"}, code)
+    assert r["available"] and r["int_dot"] is True
+
+
+def test_forcing_int_dot_where_unsupported_is_an_error(monkeypatch):
+    """A device without the feature (its feature query answering no): the probe says why."""
+    from bitnet_vulkan.runtime import devices
+
+    monkeypatch.setattr(devices, "_integer_dot", lambda *args: (False, False))
+    monkeypatch.setenv("BITNET_VULKAN_INT_DOT", "1")
+    a = VulkanProvider().probe(explicit=True)
+    assert not a.available
+    assert "BITNET_VULKAN_INT_DOT=1" in a.reason and "shaderIntegerDotProduct" in a.reason
 
 
 @pytest.mark.parametrize("value", ["0", "off"])

@@ -62,11 +62,15 @@ def test_matmul_i2s_every_path(vk_matmul, ref, tokens, rows, cols):
     w = ternary(rows, cols)
     x = RNG.standard_normal((tokens, cols)).astype(np.float32)
     rq, rs = ref.quantize_act(x)
+    mark = vk_matmul.trace.mark()
     got = vk_matmul.to_host(
         vk_matmul.matmul_i2s(
             vk_matmul.to_device(rq), vk_matmul.to_device(rs), vk_matmul.load_ternary(w)
         )
     )
+    shader = "matmul_i2s_dot" if vk_matmul.context.use_int_dot else "matmul_i2s"
+    ran = [k for k in vk_matmul.trace.kernels_since(mark) if k.startswith("matmul")]
+    assert ran and all(k.startswith(shader) and ("_dot" in k) == ("_dot" in shader) for k in ran)
     close(got, ref.matmul_i2s(rq, rs, ref.load_ternary(w)), rtol=1e-6, atol=1e-7)
     close(
         vk_matmul.to_host(vk_matmul.linear(x, vk_matmul.load_ternary(w))),
