@@ -181,8 +181,142 @@ def gguf_dictionary(seeds: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def provider_seeds(out: Path, texts: list[str]) -> None:
+    """Inputs of a FuzzedDataProvider target: random bytes, and bytes then a text."""
+    rng = np.random.default_rng(zlib.crc32(out.name.encode()))
+    for i in range(6):
+        (out / f"random-{i}").write_bytes(rng.bytes(64 + 64 * i))
+    for i, text in enumerate(texts):
+        (out / f"text-{i}").write_bytes(rng.bytes(48) + text.encode())
+
+
+def convert_seeds(out: Path) -> None:
+    """config.json + separator + model.safetensors of tiny BitNetForCausalLM checkpoints."""
+    import json
+    import tempfile
+
+    sys.path.insert(0, str(HERE.parents[1] / "packages/bitnet-core/tests"))
+    from hf_layouts import bitnet_tensors
+
+    from bitnet_core.convert.safetensors import write_safetensors
+
+    sep = b"\n--model.safetensors--\n"  # fuzz_convert.SEP
+    for i, (bf16, tie, act) in enumerate([(False, True, "relu2"), (True, False, "silu")]):
+        dims = {"vocab_size": 16, "hidden_size": 8, "intermediate_size": 16, "num_layers": 1}
+        tensors = bitnet_tensors(**dims, num_heads=2, num_kv_heads=1, tie=tie, seed=i)
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "model.safetensors"
+            write_safetensors(path, tensors, bf16=tuple(tensors) if bf16 else ())
+            weights = path.read_bytes()
+        config = {
+            "architectures": ["BitNetForCausalLM"],
+            "model_type": "bitnet",
+            "vocab_size": 16,
+            "hidden_size": 8,
+            "intermediate_size": 16,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "hidden_act": act,
+            "max_position_embeddings": 64,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500000.0,
+            "tie_word_embeddings": tie,
+            "bos_token_id": 0,
+            "eos_token_id": 1,
+            "torch_dtype": "bfloat16" if bf16 else "float32",
+        }
+        (out / f"bitnet-{i}").write_bytes(json.dumps(config).encode() + sep + weights)
+
+
+SCHEMAS = [
+    {"type": "object"},
+    {
+        "type": "object",
+        "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer"}},
+        "required": ["name"],
+        "additionalProperties": False,
+    },
+    {"type": "array", "items": {"enum": ["a", "b", 3, None]}, "minItems": 1, "maxItems": 3},
+    {"anyOf": [{"type": "number", "minimum": 0}, {"type": "boolean"}]},
+    {"type": "string", "pattern": "^[a-z]{2,4}$"},
+    {
+        "$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}},
+        "$ref": "#/$defs/n",
+    },
+    {
+        "type": "object",
+        "properties": {"x": {"const": 1}},
+        "x-guidance": {"whitespace_flexible": True},
+    },
+    {"oneOf": [{"type": "integer", "multipleOf": 3}, {"type": "null"}], "format": "date-time"},
+]
+
+
+def schema_seeds(out: Path) -> None:
+    import json
+
+    for i, schema in enumerate(SCHEMAS):
+        (out / f"schema-{i}.json").write_text(json.dumps(schema))
+
+
+API_BODIES = [
+    (0, {"model": "demo", "prompt": "Hello", "max_tokens": 2}),
+    (0, {"prompt": ["a", "b"], "max_tokens": 1, "temperature": 0.7, "top_p": 0.9, "seed": 1}),
+    (0, {"prompt": "x", "max_tokens": 2, "stream": True, "logprobs": 2, "stop": ["\n"]}),
+    (1, {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}),
+    (
+        1,
+        {
+            "messages": [
+                {"role": "system", "content": "Be brief"},
+                {"role": "user", "content": "?"},
+            ],
+            "max_tokens": 2,
+            "stream": True,
+            "n": 2,
+        },
+    ),
+    (
+        1,
+        {
+            "messages": [{"role": "user", "content": "json"}],
+            "max_tokens": 2,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"schema": {"type": "object"}},
+            },
+        },
+    ),
+    (1, {"messages": [], "max_tokens": 0}),
+]
+
+
+def api_seeds(out: Path) -> None:
+    import json
+
+    for i, (route, body) in enumerate(API_BODIES):
+        (out / f"body-{i}").write_bytes(bytes([route]) + json.dumps(body).encode())
+
+
+SAMPLE_TEXTS = [
+    "Hello world, the answer is 42.",
+    " leading space and  two spaces\n\ttab",
+    "abcde abc ab <|bos|> <|user|> <|eos|>",
+    "na\u00efve caf\u00e9 \u65e5\u672c\u8a9e \U0001f600 \u00a0\u200b",
+    "{{ messages }} {% if x %}<|im_start|>",
+]
+
+
 def main() -> None:
-    targets = {"gguf": gguf_seeds}
+    targets = {
+        "gguf": gguf_seeds,
+        "tokenizer": lambda out: provider_seeds(out, SAMPLE_TEXTS),
+        "chat": lambda out: provider_seeds(out, SAMPLE_TEXTS),
+        "convert": convert_seeds,
+        "schema": schema_seeds,
+        "api": api_seeds,
+    }
     only = sys.argv[1:] or list(targets)
     for name in only:
         out = CORPUS / name
