@@ -32,7 +32,7 @@ from .limits import BodyLimit
 from .logprobs import chat_logprobs, completion_logprobs
 from .metrics import Latencies, render_metrics
 from .scheduler import DONE, Job, QueueFullError, Scheduler
-from .schemas import ChatRequest, CompletionRequest, _Sampling, error_body
+from .schemas import ChatRequest, CompletionRequest, _Sampling, error_body, error_responses
 
 
 class APIError(Exception):
@@ -103,7 +103,9 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse(
-            error_body(str(exc.detail), code=str(exc.status_code)), status_code=exc.status_code
+            error_body(str(exc.detail), code=str(exc.status_code)),
+            status_code=exc.status_code,
+            headers=exc.headers,  # a 405's Allow
         )
 
     # --- helpers --------------------------------------------------------------------
@@ -247,7 +249,13 @@ def create_app(
         return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
     # --- endpoints ------------------------------------------------------------------
-    @app.post("/v1/completions")
+    #: what the OpenAPI schema documents (Schemathesis checks every answer against it)
+    generate_responses = {
+        200: {"content": {"text/event-stream": {"schema": {}}}},  # JSON chunks, then [DONE]
+        **error_responses(400, 401, 404, 413, 429),
+    }
+
+    @app.post("/v1/completions", responses=generate_responses)
     async def completions(req: CompletionRequest, request: Request) -> Any:
         check_model(req)
         if isinstance(req.prompt, str):
@@ -297,7 +305,7 @@ def create_app(
         body["usage"] = usage(job)
         return body
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses=generate_responses)
     async def chat(req: ChatRequest, request: Request) -> Any:
         check_model(req)
         try:
@@ -361,7 +369,7 @@ def create_app(
             "usage": usage(job),
         }
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=error_responses(401))
     async def models() -> dict:
         return {
             "object": "list",
@@ -384,14 +392,14 @@ def create_app(
             "version": __version__,
         }
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(
             render_metrics(model, scheduler, started, latencies),
             media_type="text/plain; version=0.0.4",
         )
 
-    @app.get("/")
+    @app.get("/", response_class=HTMLResponse)
     async def index() -> HTMLResponse:
         page = resources.files("bitnet_core.server").joinpath("static/index.html").read_text()
         return HTMLResponse(page.replace("{{MODEL}}", model_name))
