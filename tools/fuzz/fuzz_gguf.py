@@ -1,12 +1,15 @@
 """Atheris fuzz target: the GGUF reader and every ternary unpacker.
 
-Run: ``python tools/fuzz/fuzz_gguf.py -runs=10000`` (or ``-max_total_time=60``),
-optionally followed by corpus directories; without one, a seed corpus of
-small valid GGUF files (written by ``write_gguf``) is made in a temp dir.
+Run: ``python tools/fuzz/fuzz_gguf.py -max_total_time=60`` (libFuzzer options;
+seeds from ``corpus/gguf``, dictionary ``gguf.dict``; see ``harness.py``).
+An input starting with a zero byte drives one codec's ``unpack`` directly
+(``FuzzedDataProvider``: codec, rows, cols, raw bytes); any other input is
+written to a file and opened as a model.
 
 Property: any input either opens (and every ternary tensor unpacks to codes
-in {-1, 0, +1}) or raises a ``bitnet_core.errors.BitnetError``. Anything else
-(an IndexError, a MemoryError, a crash, a hang) is a bug.
+in {-1, 0, +1} and one scale per row) or raises a
+``bitnet_core.errors.BitnetError``. Anything else (an IndexError, a
+MemoryError, a crash, a hang) is a bug.
 """
 
 from __future__ import annotations
@@ -16,16 +19,16 @@ import sys
 import tempfile
 
 import atheris
-import gguf  # noqa: F401  (imported before instrumenting: only bitnet's code is)
 import numpy as np
 
-with atheris.instrument_imports(include=["bitnet_core"]):
-    from bitnet_core.config import BitNetConfig
-    from bitnet_core.errors import BitnetError
-    from bitnet_core.formats import CODEC_NAMES, get_codec
-    from bitnet_core.gguf import GGUFFile, open_model_file, write_gguf
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 
-_WORK = tempfile.mkdtemp(prefix="bitnet-fuzz-")
+from bitnet_core.errors import BitnetError  # noqa: E402
+from bitnet_core.formats import CODEC_NAMES, get_codec  # noqa: E402
+from bitnet_core.gguf import GGUFFile, open_model_file  # noqa: E402
+
+_WORK = tempfile.mkdtemp(prefix="bitnet-fuzz-gguf-")
 _PATH = os.path.join(_WORK, "input.gguf")
 
 
@@ -43,18 +46,20 @@ def fuzz_file(data: bytes) -> None:
         try:
             m = open_model_file(_PATH)
         except BitnetError:
-            m = None
-            GGUFFile(_PATH)  # the container alone may still open
-        if m is None:
+            with GGUFFile(_PATH) as g:  # the container alone may still open
+                for name in g.tensor_names:
+                    g.tensor_info(name).as_dict()
             return
-        for name in m.tensor_names:
-            info = m.tensor_info(name)
-            if info.codec and len(info.shape) == 2:
-                try:
-                    codes, scales = m.ternary(name).unpack()
-                except BitnetError:
-                    continue
-                _check_codes(codes, scales, *info.shape)
+        with m:
+            harness.planted(m.metadata.get("general.name"))
+            for name in m.tensor_names:
+                info = m.tensor_info(name)
+                if info.codec and len(info.shape) == 2:
+                    try:
+                        codes, scales = m.ternary(name).unpack()
+                    except BitnetError:
+                        continue
+                    _check_codes(codes, scales, *info.shape)
     except BitnetError:
         pass
 
@@ -83,42 +88,5 @@ def test_one_input(data: bytes) -> None:
         fuzz_file(data)
 
 
-def seed_corpus() -> str:
-    """A directory with a few small valid model files and codec inputs."""
-    d = tempfile.mkdtemp(prefix="bitnet-fuzz-seeds-")
-    cfg = BitNetConfig(
-        vocab_size=8,
-        hidden_size=8,
-        num_layers=1,
-        num_heads=2,
-        num_kv_heads=1,
-        intermediate_size=16,
-        context_length=16,
-    )
-    rng = np.random.default_rng(0)
-    from bitnet_core.gguf import expected_shapes
-
-    tensors = {
-        n: rng.standard_normal(s).astype(np.float32) for n, s in expected_shapes(cfg).items()
-    }
-    tok = {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": [f"t{i}" for i in range(8)]}
-    for t in ("f16", "bitnet32", "qk256"):
-        write_gguf(
-            os.path.join(d, f"tiny-{t}.gguf"), cfg, tensors, ternary_type=t, tokenizer_metadata=tok
-        )
-    for i in range(4):
-        with open(os.path.join(d, f"codec-{i}"), "wb") as f:
-            f.write(b"\x00" + bytes([i]) + rng.integers(0, 256, 300, dtype=np.uint8).tobytes())
-    return d
-
-
-def main() -> None:
-    argv = list(sys.argv)
-    if not any(os.path.isdir(a) for a in argv[1:] if not a.startswith("-")):
-        argv.append(seed_corpus())
-    atheris.Setup(argv, test_one_input)
-    atheris.Fuzz()
-
-
 if __name__ == "__main__":
-    main()
+    harness.run("gguf", test_one_input)

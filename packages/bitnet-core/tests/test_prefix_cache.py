@@ -15,10 +15,10 @@ import pytest
 
 from bitnet_core.config import BitNetConfig
 from bitnet_core.model.api import load
-from bitnet_core.sdk.kv_cache import KVCacheConfig
 from bitnet_core.model.processors import LogprobRecorder
 from bitnet_core.model.random import random_model_file
 from bitnet_core.model.sampling import SamplingParams
+from bitnet_core.sdk.kv_cache import KVCacheConfig
 from bitnet_core.server.scheduler import DONE, Scheduler
 
 CONFIG = BitNetConfig(

@@ -80,7 +80,10 @@ def read_hf_config(directory: Path) -> HFModelInfo:
         raise UnsupportedModelError(f"cannot read config.json: {exc}", path) from exc
     if not isinstance(cfg, dict):
         raise UnsupportedModelError("config.json is not a JSON object", path)
-    archs = set(cfg.get("architectures") or [])
+    names = cfg.get("architectures") or []
+    if not isinstance(names, list) or not all(isinstance(a, str) for a in names):
+        raise UnsupportedModelError("config.json: architectures is not a list of names", path)
+    archs = set(names)
     quant = cfg.get("quantization_config")
     if quant is not None and not isinstance(quant, dict):
         raise UnsupportedModelError("config.json: quantization_config is not an object", path)

@@ -86,7 +86,9 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         return JSONResponse(
-            error_body(str(exc.detail), code=str(exc.status_code)), status_code=exc.status_code
+            error_body(str(exc.detail), code=str(exc.status_code)),
+            status_code=exc.status_code,
+            headers=exc.headers,  # a 405's Allow
         )
 
     # /v1/embeddings, and 400s on the generation routes for an embedding model (first:

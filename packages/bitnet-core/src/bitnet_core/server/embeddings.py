@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import BitnetError
 from ..model.embeddings import check_inputs, embed_ids, normalize
-from .schemas import error_body
+from .schemas import error_body, error_responses
 
 #: the most tokens the worker puts through one forward (more waits for the next)
 DEFAULT_BATCH_TOKENS = 16384
@@ -151,7 +151,7 @@ def register(app: FastAPI, model: Any, model_name: str) -> Callable[[], None]:
         for path in ("/v1/completions", "/v1/chat/completions"):
             app.add_api_route(path, not_generative, methods=["POST"], include_in_schema=False)
 
-    @app.post("/v1/embeddings")
+    @app.post("/v1/embeddings", responses=error_responses(400, 401, 404, 413))
     async def embeddings(req: EmbeddingRequest) -> Any:
         if req.model not in (None, "", model_name):
             return _error(

@@ -23,7 +23,7 @@ from .._version import __version__
 from ..errors import BitnetError
 from .logprobs import chat_logprobs, completion_logprobs
 from .metrics import render_metrics
-from .schemas import ChatRequest, CompletionRequest
+from .schemas import ChatRequest, CompletionRequest, error_responses
 from .service import APIError, Service
 
 
@@ -31,10 +31,18 @@ def sse(obj: Any) -> str:
     return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
+#: what the OpenAPI schema documents for the generation routes (Schemathesis checks every
+#: answer against it)
+GENERATE_RESPONSES: dict = {
+    200: {"content": {"text/event-stream": {"schema": {}}}},  # JSON chunks, then [DONE]
+    **error_responses(400, 401, 404, 413, 429),
+}
+
+
 def add_routes(app: FastAPI, svc: Service) -> None:
     """Register the endpoints of ``svc`` on ``app``."""
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", responses=GENERATE_RESPONSES)
     async def completions(req: CompletionRequest, request: Request) -> Any:
         svc.check_model(req)
         if isinstance(req.prompt, str):
@@ -84,7 +92,7 @@ def add_routes(app: FastAPI, svc: Service) -> None:
         body["usage"] = svc.usage(job)
         return body
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses=GENERATE_RESPONSES)
     async def chat(req: ChatRequest, request: Request) -> Any:
         svc.check_model(req)
         try:
@@ -148,7 +156,7 @@ def add_routes(app: FastAPI, svc: Service) -> None:
             "usage": svc.usage(job),
         }
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=error_responses(401))
     async def models() -> dict:
         return {
             "object": "list",
@@ -176,14 +184,14 @@ def add_routes(app: FastAPI, svc: Service) -> None:
             "version": __version__,
         }
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def metrics() -> PlainTextResponse:
         return PlainTextResponse(
             render_metrics(svc.model, svc.scheduler, svc.started, svc.latencies),
             media_type="text/plain; version=0.0.4",
         )
 
-    @app.get("/")
+    @app.get("/", response_class=HTMLResponse)
     async def index() -> HTMLResponse:
         page = resources.files("bitnet_core.server").joinpath("static/index.html").read_text()
         return HTMLResponse(page.replace("{{MODEL}}", svc.model_name))

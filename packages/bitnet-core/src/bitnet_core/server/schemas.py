@@ -10,13 +10,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 
 from ..model.sampling import SamplingParams
 
+#: Unknown fields are accepted only empty (``unsupported``); the schema says so.
+_EMPTY = {"enum": [None, False, 0, "", [], {}]}
+
 
 class _Sampling(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # strict: a JSON type the schema does not list is refused, not coerced ("1" -> 1)
+    model_config = ConfigDict(
+        extra="allow", strict=True, json_schema_extra={"additionalProperties": _EMPTY}
+    )
 
     model: str | None = None
     max_tokens: int | None = Field(default=None, ge=0, le=1 << 20)
@@ -26,12 +32,25 @@ class _Sampling(BaseModel):
     top_k: int = Field(default=0, ge=0)
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
     repeat_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
-    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    # OpenAI's range, but only 0 is served (``unsupported``: use repeat_penalty)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, json_schema_extra={"enum": [0]})
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, json_schema_extra={"enum": [0]})
     seed: int | None = Field(default=None, ge=0)
     stop: str | list[str] | None = None
     stream: bool = False
-    stream_options: dict[str, bool] | None = None
+    stream_options: dict[str, bool] | None = Field(
+        default=None,
+        json_schema_extra={
+            "anyOf": [
+                {
+                    "type": "object",
+                    "properties": {"include_usage": {"type": "boolean"}},
+                    "additionalProperties": False,
+                },
+                {"type": "null"},
+            ]
+        },
+    )
     n: int = Field(default=1, ge=1, le=1)
     user: str | None = None
     response_format: dict[str, Any] | None = None
@@ -102,8 +121,17 @@ class _Sampling(BaseModel):
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[str] | list[int]
-    logprobs: int | None = Field(default=None, ge=0, le=20)
+    # one prompt: a text, a list of one text, or token ids
+    prompt: str | list[str] | list[StrictInt] = Field(
+        json_schema_extra={
+            "anyOf": [
+                {"type": "string"},
+                {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 1},
+                {"type": "array", "items": {"type": "integer"}},
+            ]
+        }
+    )
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=20)  # a bool is the chat field
 
     def logprob_count(self) -> int | None:
         return self.logprobs
@@ -157,3 +185,28 @@ def error_body(
 ) -> dict:
     """The OpenAI error body: ``{"error": {"message", "type", "param", "code"}}``."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """The body of every error answer (``error_body``), as the OpenAPI schema documents it."""
+
+    error: ErrorDetail
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for error answers with the OpenAI error body."""
+    why = {
+        400: "the request is malformed or asks for what the model cannot do",
+        401: "missing or wrong API key (when the server has one)",
+        404: "no such model",
+        413: "the request body is over the server's limit",
+        429: "the queue is full: retry later",
+    }
+    return {s: {"model": ErrorResponse, "description": why[s]} for s in statuses}
