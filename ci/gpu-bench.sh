@@ -87,6 +87,10 @@ stage steps 40 "$PY" tools/bench/step_profile.py --preset host-bound --device we
 # issue 48: launches and host ms a decode step per provider (the 30-layer model above),
 # Vulkan's float16 cache against cpu-reference's bit for bit, CUDA with 64 streams
 # against one (the 2B-4T shape, 8 layers: tok/s of the batched step against decode)
+M="/tmp/bitnet-host-bound-$(id -u).gguf"  # the 30-layer, 256-wide preset, written once
+[ -f "$M" ] || "$PY" -c "import sys; from bitnet_core.model.presets import preset
+from bitnet_core.model.random import random_model_file
+random_model_file(sys.argv[1], preset('host-bound'), seed=0, overwrite=True)" "$M" || M=""
 if [ -n "$M" ]; then
   for name in "${GPUS[@]}"; do
     stage launches 25 "$PY" -m bitnet_core bench -m "$M" --device "$name" -p 64 -n 16 \

@@ -13,8 +13,9 @@ from bitnet_core.hal.runner import ModelRunner
 from bitnet_core.model import Model, random_weights
 
 CORE = Path(bitnet_core.__file__).parent
-#: the shared KV cache, read for statistics where a runner has one: outside the protocol
-OPTIONAL = {"kv"}
+#: outside the protocol, used where a runner has them: the shared KV cache (statistics) and
+#: ``decode_greedy`` (greedy tokens chosen on the device, k a launch)
+OPTIONAL = {"kv", "decode_greedy"}
 CONFIG = BitNetConfig(
     vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
     intermediate_size=48, context_length=32,

@@ -100,6 +100,8 @@ def test_streamed_completion_seeded(client):
         ({"model": "tiny", "prompt": "x", "logprobs": 99}, 400, "logprobs"),
         ({"model": "tiny", "prompt": "x", "logit_bias": {"5": 3}}, 400, "logit_bias"),
         ({"model": "tiny", "prompt": "x", "frobnicate": 1}, 400, "frobnicate"),
+        # a field named "" (Schemathesis): was accepted, its falsy name passing the check
+        ({"model": "tiny", "prompt": "x", "": "y"}, 400, "'' is not supported"),
         ({"model": "tiny", "prompt": "x", "response_format": {"type": "xml"}}, 400, "type"),
         (
             {"model": "tiny", "prompt": "x", "response_format": {"type": "json_schema"}},

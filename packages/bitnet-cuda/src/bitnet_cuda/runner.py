@@ -216,6 +216,7 @@ class CudaRunner(GenericRunner):
             i32(cfg.num_heads), i32(cfg.num_kv_heads), i32(cfg.head_dim), i32(cfg.rot_dim),
             i32(0 if cfg.rope_style == "neox" else 1), np.float32(math.log2(cfg.rope_theta)),
         )  # fmt: skip
+        self._host_ops: Any = None  # _after_host_ops' event, made on first use
         self._wait_for_uploads()
 
     def _wait_for_uploads(self) -> None:
@@ -224,14 +225,25 @@ class CudaRunner(GenericRunner):
         without this its first step could read weights still being copied."""
         self.cp.cuda.Stream.null.synchronize()
 
+    def _after_host_ops(self) -> None:
+        """Order the runner's stream after what the provider's own ops queued on the legacy
+        default stream (the prefix cache's block copies into a sequence, ``kv_store``):
+        an event recorded there and waited for here, no host wait."""
+        if self._host_ops is None:
+            self._host_ops = self.cp.cuda.Event()
+        self._host_ops.record(self.cp.cuda.Stream.null)
+        self.stream.wait_event(self._host_ops)
+
     # --- the forward pass -------------------------------------------------------------
     def forward(self, token_ids: Any, cache: Sequence, all_logits: bool = False) -> np.ndarray:
         if not self.fused:
             return super().forward(token_ids, cache, all_logits)
         # the chosen device (BITNET_CUDA_DEVICE) in whatever thread calls; cache growth
         # copies too run on the one stream that orders everything
-        with self.cp.cuda.Device(self._provider.device_id), self.stream:
-            return super().forward(token_ids, cache, all_logits)
+        with self.cp.cuda.Device(self._provider.device_id):
+            self._after_host_ops()
+            with self.stream:
+                return super().forward(token_ids, cache, all_logits)
 
     def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
         if not self.fused:
@@ -298,6 +310,8 @@ class CudaRunner(GenericRunner):
                     break
             return out
         ids = self._step_ids([token])  # (a clear error for an id outside the vocabulary)
+        with self.cp.cuda.Device(self._provider.device_id):
+            self._after_host_ops()
         with self.cp.cuda.Device(self._provider.device_id), self.stream, self._lock:
             start = cache.length
             cache.reserve(start + k)
@@ -344,8 +358,10 @@ class CudaRunner(GenericRunner):
     def forward_batch(self, items: Any) -> np.ndarray:
         if not self.fused:
             return super().forward_batch(items)
-        with self.cp.cuda.Device(self._provider.device_id), self.stream:
-            return super().forward_batch(items)
+        with self.cp.cuda.Device(self._provider.device_id):
+            self._after_host_ops()
+            with self.stream:
+                return super().forward_batch(items)
 
     def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
         """Sequences with one new token decode in one step (the weights read once for all

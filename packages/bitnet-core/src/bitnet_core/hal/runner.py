@@ -10,7 +10,9 @@ subclass). This protocol is everything the engine calls: ``Model`` and
 the server's scheduler (``new_cache``, ``forward_batch``). A cache is a
 sequence of the runner's KV cache (``sdk.kv_cache.Sequence``: ``length``,
 ``close``, a context manager); a runner that has a shared ``KVCache`` exposes
-it as ``kv`` for statistics (optional).
+it as ``kv`` for statistics (optional). A runner that can choose greedy tokens
+on its device has ``decode_greedy(token, cache, k, eos=...) -> list[int]``
+(optional; ``generate_steps`` uses it for greedy requests without processors).
 """
 
 from __future__ import annotations

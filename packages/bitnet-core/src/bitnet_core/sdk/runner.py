@@ -217,13 +217,12 @@ class GenericRunner:
         p, cfg = self._provider, self.config
         t, d, view = int(positions.size), cfg.head_dim, self._reshape
         h = p.rmsnorm(x, lw.attn_norm, cfg.rms_norm_eps)
-        q = self._project(h, lw, "q")
-        k = self._project(h, lw, "k")
+        q = view(self._project(h, lw, "q"), (t, cfg.num_heads, d))
+        k = view(self._project(h, lw, "k"), (t, cfg.num_kv_heads, d))
         if lw.q_norm is not None:  # per head: rows of head_dim
             q = p.rmsnorm(view(q, (t * cfg.num_heads, d)), lw.q_norm, cfg.rms_norm_eps)
             k = p.rmsnorm(view(k, (t * cfg.num_kv_heads, d)), lw.k_norm, cfg.rms_norm_eps)
-        q = view(q, (t, cfg.num_heads, d))
-        k = view(k, (t, cfg.num_kv_heads, d))
+            q, k = view(q, (t, cfg.num_heads, d)), view(k, (t, cfg.num_kv_heads, d))
         v = view(self._project(h, lw, "v"), (t, cfg.num_kv_heads, d))
         theta = cfg.layer_rope_theta(layer)
         q = p.rope(q, positions, theta, cfg.rope_style, cfg.rot_dim)
@@ -246,18 +245,20 @@ class GenericRunner:
         p, eps = self._provider, self.config.rms_norm_eps
         if lw.attn_sub_norm is not None:
             a = p.rmsnorm(a, lw.attn_sub_norm, eps)
-        o = self._project(a, lw, "o")
-        if lw.post_attn_norm is not None:
-            o = p.rmsnorm(o, lw.post_attn_norm, eps)
-        x = p.add(x, o)
+        if lw.post_attn_norm is None:
+            x = p.add(x, self._project(a, lw, "o"))
+        else:
+            x = p.add(x, p.rmsnorm(self._project(a, lw, "o"), lw.post_attn_norm, eps))
         h = p.rmsnorm(x, lw.ffn_norm, eps)
         f = self._ffn(self._project(h, lw, "gate"), self._project(h, lw, "up"))
         if lw.ffn_sub_norm is not None:
             f = p.rmsnorm(f, lw.ffn_sub_norm, eps)
-        f = self._project(f, lw, "down")
-        if lw.post_ffn_norm is not None:
-            f = p.rmsnorm(f, lw.post_ffn_norm, eps)
-        return p.add(x, f)
+        # temporaries, not locals: freed in the same order every step, so a backend's buffer
+        # pool hands out the same buffers each decode step (WebGPU's bind-group cache,
+        # tests/test_reuse.py there, relies on it)
+        if lw.post_ffn_norm is None:
+            return p.add(x, self._project(f, lw, "down"))
+        return p.add(x, p.rmsnorm(self._project(f, lw, "down"), lw.post_ffn_norm, eps))
 
     def _step_ids(self, token_ids: Any) -> np.ndarray:
         ids = np.asarray(token_ids, dtype=np.int64).reshape(-1)

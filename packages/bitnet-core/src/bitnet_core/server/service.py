@@ -70,9 +70,11 @@ class Service:
                 code="model_not_found",
             )
         missing = req.unsupported()
-        if missing:
+        if missing is not None:  # "" too: a field may have an empty name
             raise APIError(
-                400, f"{missing} is not supported by this server", param=missing.split()[0]
+                400,
+                f"{missing or repr(missing)} is not supported by this server",
+                param=(missing.split() or [missing])[0],
             )
 
     def make_constraint(self, schema: dict | None) -> Any:
