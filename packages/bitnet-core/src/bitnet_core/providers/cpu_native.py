@@ -54,7 +54,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, QuantizationError, ShapeError, UnsupportedOperationError
-from ..hal.extra_ops import attention_window_ref, gelu_mul_ref
 from ..hal.provider import Availability, RopeStyle
 from ..hal.switches import env_int
 from ..hal.weights import TernaryWeight
@@ -423,16 +422,6 @@ class NativeCpuProvider(ReferenceProvider):
 
     def silu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
         return self._run("silu_mul", _f32(gate), _f32(up))
-
-    def gelu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
-        """``gelu_tanh(gate) * up`` (``hal.extra_ops``; numpy)."""
-        return gelu_mul_ref(gate, up)
-
-    def attention_window(
-        self, q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, start: int, window: int
-    ) -> np.ndarray:
-        """``attention`` over the last ``window`` positions (``hal.extra_ops``; numpy)."""
-        return attention_window_ref(q, k_cache, v_cache, start, window)
 
     def relu2_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
         return self._run("relu2_mul", _f32(gate), _f32(up))
