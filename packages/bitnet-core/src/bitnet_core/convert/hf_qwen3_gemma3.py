@@ -25,24 +25,16 @@ from typing import Any
 from .. import config as c
 from ..config import ARCH_GEMMA3, ARCH_QWEN3, BitNetConfig, Pooling
 from ..errors import ConfigError, UnsupportedModelError
+from .names import PROJECTIONS
 
 #: ``model_type`` -> GGUF architecture
 MODEL_TYPES = {"qwen3": ARCH_QWEN3, "gemma3_text": ARCH_GEMMA3}
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu_pytorch_tanh": "gelu"}
-_PROJ = {
-    "self_attn.q_proj": c.ATTN_Q,
-    "self_attn.k_proj": c.ATTN_K,
-    "self_attn.v_proj": c.ATTN_V,
-    "self_attn.o_proj": c.ATTN_OUT,
-    "mlp.gate_proj": c.FFN_GATE,
-    "mlp.up_proj": c.FFN_UP,
-    "mlp.down_proj": c.FFN_DOWN,
-}
 _COMMON = {
     "input_layernorm.weight": c.ATTN_NORM,
     "self_attn.q_norm.weight": c.ATTN_Q_NORM,
     "self_attn.k_norm.weight": c.ATTN_K_NORM,
-    **{f"{m}.weight": g for m, g in _PROJ.items()},
+    **{f"{m}.weight": g for m, g in PROJECTIONS.items()},
 }
 _BY_ARCH = {
     ARCH_QWEN3: {"post_attention_layernorm.weight": c.FFN_NORM},
@@ -73,7 +65,7 @@ def layer_map(arch: str) -> dict[str, str]:
     """HF name within a layer -> GGUF template, both input-norm spellings included."""
     out = dict(_COMMON)
     out.update(_BY_ARCH[arch])
-    for m, g in _PROJ.items():
+    for m, g in PROJECTIONS.items():
         norm = c.linear_norm_name(g, arch)
         out[f"{m}.rms_norm.weight"] = norm
         out[f"{m}.norm.weight"] = norm

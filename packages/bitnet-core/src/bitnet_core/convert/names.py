@@ -32,7 +32,8 @@ _LAYER = {
     "self_attn.inner_attn_ln.weight": c.ATTN_SUB_NORM,
     "mlp.ffn_layernorm.weight": c.FFN_SUB_NORM,
 }
-_PROJ = {
+#: a HF layer's BitLinear modules -> their GGUF tensor names
+PROJECTIONS = {
     "self_attn.q_proj": c.ATTN_Q,
     "self_attn.k_proj": c.ATTN_K,
     "self_attn.v_proj": c.ATTN_V,
@@ -42,7 +43,7 @@ _PROJ = {
     "mlp.down_proj": c.FFN_DOWN,
 }
 # transformers' BitLinear / AutoBitLinear with use_rms_norm: ``<proj>.rms_norm.weight``
-_LAYER.update({f"{m}.rms_norm.weight": c.linear_norm_name(g) for m, g in _PROJ.items()})
+_LAYER.update({f"{m}.rms_norm.weight": c.linear_norm_name(g) for m, g in PROJECTIONS.items()})
 _LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 
 
