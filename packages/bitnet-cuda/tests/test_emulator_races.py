@@ -160,9 +160,12 @@ def _runner(kv: str = "float32", block: int = 64) -> CudaRunner:
 
 def test_start_up_race_caught_and_fixed(monkeypatch) -> None:
     """Review finding 1: the weights are uploaded and stacked (q|k|v, gate|up) on the legacy
-    stream; the runner's non_blocking stream read them unordered. Planted back (the wait
-    removed), the first forward is a StreamRace; with it, the runner decodes."""
+    stream; the runner's non_blocking stream read them unordered. Planted back (the wait at
+    start-up and each step's wait for the legacy stream's work, ``_after_host_ops``, both
+    removed), the first forward is a StreamRace; with them, the runner decodes. (The prefix
+    cache's copies need ``_after_host_ops`` alone: test_emulated's prefix-cache test.)"""
     monkeypatch.setattr(CudaRunner, "_wait_for_uploads", lambda self: None)
+    monkeypatch.setattr(CudaRunner, "_after_host_ops", lambda self: None)
     runner = _runner()
     with runner.new_cache() as cs, pytest.raises(StreamRace, match="legacy default stream"):
         runner.forward([1, 2, 3], cs)
