@@ -1,7 +1,7 @@
 // Rows of a table by token id. F16 tables are stored as u32 pairs (unpack2x16float);
 // kw = u32 words per table row. `table` holds rows [row0, row0 + rows) (a table larger
 // than one binding is gathered a range at a time): ids outside it are left alone.
-struct Params { t: u32, d: u32, kw: u32, f16: u32, row0: u32, rows: u32, p0: u32, p1: u32 }
+struct Params { t: u32, d: u32, kw: u32, f16_table: u32, row0: u32, rows: u32, p0: u32, p1: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> table: array<u32>;
 @group(0) @binding(2) var<storage, read> ids: array<i32>;
@@ -16,7 +16,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let id = u32(ids[t]);
     if (id < p.row0 || id >= p.row0 + p.rows) { return; }
     let row = (id - p.row0) * p.kw;
-    if (p.f16 == 1u) {
+    if (p.f16_table == 1u) {
         let pair = unpack2x16float(table[row + e / 2u]);
         y[idx] = select(pair.x, pair.y, (e % 2u) == 1u);
     } else {

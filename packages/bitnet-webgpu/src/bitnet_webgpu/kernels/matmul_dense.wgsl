@@ -2,7 +2,7 @@
 // One workgroup per output row n (x + z * gx) and tile of TT tokens.
 // `table` holds rows [row0, row0 + n) of a table of n_total rows (bound a range at a time
 // when larger than one binding); y is [t, n_total].
-struct Params { n: u32, k: u32, t: u32, kw: u32, f16: u32, gx: u32, row0: u32, n_total: u32 }
+struct Params { n: u32, k: u32, t: u32, kw: u32, f16_table: u32, gx: u32, row0: u32, n_total: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> table: array<u32>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
@@ -21,7 +21,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let row = n * p.kw;
     for (var t = 0u; t < p.t; t++) {
         var acc = 0.0;
-        if (p.f16 == 1u) {
+        if (p.f16_table == 1u) {
             for (var wi = 0u; wi < p.kw; wi++) {
                 let pair = unpack2x16float(table[row + wi]);
                 let k0 = 2u * wi;
@@ -39,7 +39,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) t
     let t0 = wg.y * TT;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
     let row = n * p.kw;
-    if (p.f16 == 1u) {
+    if (p.f16_table == 1u) {
         for (var wi = tid; wi < p.kw; wi += WG) {
             let pair = unpack2x16float(table[row + wi]);
             let k0 = 2u * wi;
