@@ -87,21 +87,12 @@ def make_2b4t(path: str, layers: int) -> None:
     """A random I2_S GGUF of the 2B-4T shape with ``layers`` layers (kept if present)."""
     from pathlib import Path
 
+    from bitnet_core.model.presets import preset
     from bitnet_core.model.random import random_model_file
 
     if Path(path).exists():
         return
-    cfg = BitNetConfig(
-        vocab_size=128256,
-        hidden_size=2560,
-        num_layers=layers,
-        num_heads=20,
-        num_kv_heads=5,
-        intermediate_size=6912,
-        context_length=4096,
-        rope_theta=500000.0,
-        ffn_activation="relu2",
-    )
+    cfg = preset("2b4t", num_layers=layers)
     random_model_file(path, cfg, seed=0, ternary_type="i2_s")
 
 
