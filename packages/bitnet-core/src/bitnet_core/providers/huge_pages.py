@@ -17,16 +17,16 @@ load pays for it), ``0`` (no huge pages, TQ2_0 used in place).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 from typing import Any
 
 
 def _promote(module: Any) -> None:
-    try:  # the lowest priority: the decode threads first (Linux: a thread's own nice)
+    # the lowest priority: the decode threads first (Linux: a thread's own nice)
+    with contextlib.suppress(AttributeError, OSError):
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-    except (AttributeError, OSError):
-        pass
     module.promote_weight_arena()
 
 
