@@ -17,7 +17,9 @@ Settings (environment, or the constructor / ``set_threads``):
 - ``BITNET_CPU_HUGE_PAGES``: the packed weights (TQ2_0 bytes copied from the
   file's mapping too) live in memory advised as transparent huge pages
   (Linux; read once per process): a decode step, which reads every weight,
-  misses the TLB once per 2 MiB instead of per 4 KiB page. ``0``: plain
+  misses the TLB once per 2 MiB instead of per 4 KiB page; advised once the
+  runner is built, off the load's path (``huge_pages.py``). ``eager``: advised
+  at mapping (the load clears the huge pages). ``0``: plain
   memory, and TQ2_0 tensors used in place from the file's mapping (zero-copy:
   processes that load one file share its page cache);
 - ``BITNET_CPU_INT8_HEAD``: the output head (``matmul_dense``). ``checked``:
