@@ -30,7 +30,16 @@ def _promote(module: Any) -> None:
     module.promote_weight_arena()
 
 
-_stop_at_exit: list[Any] = []
+_threads: list[threading.Thread] = []
+_modules: list[Any] = []  # each module's exit hook registered once
+
+
+def _stop_all(module: Any) -> None:
+    """At exit: stop promoting and wait for the threads to leave the native call (a
+    daemon thread still in it when the interpreter finalizes aborts the process)."""
+    module.stop_weight_promotion()
+    for thread in _threads:
+        thread.join(timeout=30)
 
 
 def promote_weights_later(module: Any) -> threading.Thread | None:
@@ -38,11 +47,13 @@ def promote_weights_later(module: Any) -> threading.Thread | None:
     the thread, or None where there is nothing to defer."""
     if not (module.huge_page_weights() and module.deferred_huge_pages()):
         return None
-    if not _stop_at_exit:
-        atexit.register(module.stop_weight_promotion)  # exit does not wait for a collapse
-        _stop_at_exit.append(module)
+    if module not in _modules:
+        atexit.register(_stop_all, module)  # exit waits for one 4 MiB step at most
+        _modules.append(module)
+    _threads[:] = [t for t in _threads if t.is_alive()]
     thread = threading.Thread(
         target=_promote, args=(module,), name="bitnet-huge-pages", daemon=True
     )
     thread.start()
+    _threads.append(thread)
     return thread
