@@ -5,7 +5,8 @@ The bundled demo model is served by ``create_app`` behind a Starlette
 ``TestClient``. An input's first byte picks the route (completions or chat
 completions), the rest is the body as sent. To keep each run short the
 harness caps ``max_tokens`` at 2 and ``n`` at 2 in bodies that parse as JSON
-objects (everything else goes as it came).
+objects (everything else goes as it came). The KV budget is 32 MiB, so the
+prefix cache fills up within minutes and evicts from then on.
 
 Property: no 5xx; a 4xx carries a JSON body ``{"error": {"message": ...}}``;
 a 200 is JSON (or an event stream that ends with ``[DONE]``).
@@ -22,10 +23,15 @@ import harness  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
 from bitnet_core.model.api import demo_model_path, load  # noqa: E402
+from bitnet_core.sdk.kv_cache import KVCacheConfig  # noqa: E402
 from bitnet_core.server.app import create_app  # noqa: E402
 
 ROUTES = ("/v1/completions", "/v1/chat/completions")
-APP = create_app(load(demo_model_path(), device="cpu"), "demo", default_max_tokens=2)
+# a small KV budget: the prefix cache keeps every prompt's blocks up to the budget
+# (1 GiB by default: a campaign's RSS grew to 700 MB, bounded but slow), and a
+# full cache makes every run go through eviction too
+KV = KVCacheConfig(max_bytes=32 << 20)
+APP = create_app(load(demo_model_path(), device="cpu", kv_cache=KV), "demo", default_max_tokens=2)
 CLIENT = TestClient(APP, raise_server_exceptions=False).__enter__()
 
 
