@@ -7,14 +7,17 @@ request stays short), runs ``schemathesis run`` over every operation of
 ``/openapi.json`` with every check but ``positive_data_acceptance`` (a
 request the schema allows may still be refused with a documented 400: a
 ``top_logprobs`` without ``logprobs``, an empty token prompt), then checks
-``/health`` still answers. Exit status: schemathesis' (0: no 5xx, every
-response with a documented status, content type and body), or 1 if the
-server died.
+``/health`` still answers. The requests sent are kept as a HAR file
+(``DIR/requests.har``) and counted per operation (``DIR/counts.json``,
+printed). Exit status: schemathesis' (0: no 5xx, every response with a
+documented status, content type and body), or 1 if the server died.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import socket
 import subprocess
 import sys
@@ -47,6 +50,18 @@ def wait_healthy(url: str, proc: subprocess.Popen, seconds: float = 120) -> None
     raise RuntimeError("bitnet serve did not become healthy")
 
 
+def count_requests(har: Path, url: str) -> dict[str, int]:
+    """Requests in a HAR file per ``METHOD path`` (the query left out)."""
+    if not har.exists():
+        return {}
+    entries = json.loads(har.read_text())["log"]["entries"]
+    keys = (
+        f"{e['request']['method']} {e['request']['url'].removeprefix(url).split('?')[0]}"
+        for e in entries
+    )
+    return dict(sorted(collections.Counter(keys).items()))
+
+
 def run(examples: int, out: Path, seed: int = 0) -> tuple[int, str]:
     """``(exit status, schemathesis output)`` of one run against a fresh server."""
     out.mkdir(parents=True, exist_ok=True)
@@ -64,11 +79,14 @@ def run(examples: int, out: Path, seed: int = 0) -> tuple[int, str]:
             [str(BIN / "schemathesis"), "run", url + "/openapi.json",
              "--max-examples", str(examples), "--checks", "all",
              "--exclude-checks", EXCLUDED_CHECKS, "--seed", str(seed), "--no-color",
-             "--workers", "1"],
+             "--workers", "1", "--report", "har", "--report-har-path", str(out / "requests.har")],
             capture_output=True, text=True, timeout=3600,
         )  # fmt: skip
         output = st.stdout + st.stderr
         (out / "schemathesis.log").write_text(output)
+        counts = count_requests(out / "requests.har", url)
+        (out / "counts.json").write_text(json.dumps(counts, indent=1))
+        output += "\nrequests sent, per operation: " + json.dumps(counts)
         healthy = httpx.get(url + "/health", timeout=10).json().get("status") == "ok"
         if not healthy:
             return 1, output + "\n/health is not ok after the run"
