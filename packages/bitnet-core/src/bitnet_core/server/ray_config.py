@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from ..errors import ConfigError
+from ..model.load_options import ModelOptions, replica_fields
 from .options import ServerOptions
 
 APP_NAME = "bitnet"
@@ -32,17 +33,13 @@ RAY_FIELDS = frozenset(
 
 
 class _ReplicaArgs(BaseModel):
-    """The model each replica loads and Ray Serve's own settings; the server's options
-    (``ServerOptions``, ``server/options.py``) are added to these as fields below."""
+    """Ray Serve's own settings; the model each replica loads (``ModelOptions``,
+    ``model/load_options.py``: the path on every node, the device selected on the
+    replica's node, its threads and KV cache) and the server's options (``ServerOptions``,
+    ``server/options.py``) are added to these as fields below."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
 
-    model: str | None = None  # a GGUF path on every node (None: the bundled demo model)
-    device: str | None = None  # resolved on the replica's node
-    threads: int | None = Field(default=None, ge=1)  # CPU threads per replica
-    ctx_size: int | None = Field(default=None, ge=1)  # tokens of one sequence
-    kv_type: Literal["f16", "f32"] | None = None
-    kv_budget: int | None = Field(default=None, ge=1)  # KV-cache MiB of each replica
     # Ray Serve: a fixed number of replicas, or autoscaling bounds
     replicas: int | None = Field(default=None, ge=1)
     min_replicas: int | None = Field(default=None, ge=0)
@@ -97,14 +94,34 @@ class _ReplicaArgs(BaseModel):
         return max(1, int(self.num_cpus)) if self.num_cpus else 1
 
 
-_HINTS = typing.get_type_hints(ServerOptions)
-#: the application's arguments: ``_ReplicaArgs`` plus every ``ServerOptions`` field
+def _fields(cls: type, fields: list[dataclasses.Field], bounds: bool) -> dict[str, Any]:
+    """pydantic fields of these dataclass fields of ``cls``; ``bounds``: each one's
+    ``minimum`` as its ``ge`` (for a class that does not check its own ranges)."""
+    hints = typing.get_type_hints(cls)
+    return {
+        f.name: (
+            hints[f.name],
+            Field(default=f.default, ge=f.metadata["minimum"] if bounds else None),
+        )
+        for f in fields
+    }
+
+
+#: the application's arguments: ``_ReplicaArgs`` plus the replica's ``ModelOptions``
+#: fields and every ``ServerOptions`` field
 RayServeArgs = create_model(
     "RayServeArgs",
     __base__=_ReplicaArgs,
     __doc__="The application's arguments; every field has ``bitnet serve``'s meaning.",
-    **{f.name: (_HINTS[f.name], f.default) for f in dataclasses.fields(ServerOptions)},
+    **_fields(ModelOptions, replica_fields(), bounds=True),
+    # ServerOptions.__post_init__ checks its ranges (server_options, in _check)
+    **_fields(ServerOptions, list(dataclasses.fields(ServerOptions)), bounds=False),
 )
+
+
+def model_options(args: RayServeArgs) -> ModelOptions:
+    """The ``ModelOptions`` each replica loads its model with."""
+    return ModelOptions(**{f.name: getattr(args, f.name) for f in replica_fields()})
 
 
 def parse_args(args: dict[str, Any] | RayServeArgs | None) -> RayServeArgs:

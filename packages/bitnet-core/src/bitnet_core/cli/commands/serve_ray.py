@@ -8,6 +8,8 @@ import sys
 from typing import Any
 
 from ...errors import ConfigError
+from ...model.load_options import ModelOptions, replica_fields
+from ...option_fields import add_flags
 from ...server.options import ServerOptions, add_server_args
 
 
@@ -16,11 +18,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "serve-ray",
         help="the OpenAI-compatible server as a Ray Serve application (replicas, autoscaling)",
         description="Serve replicas of the model behind one HTTP endpoint with Ray Serve; "
-        "without --address a local Ray cluster is started here.",
+        "without --address a local Ray cluster is started here. Each replica loads the "
+        "model (the same path on every node) on a device selected on its own node, with "
+        "its own --threads and --kv-budget.",
     )
-    p.add_argument("--model", "-m", default=None, help="GGUF model, the same path on every node")
-    p.add_argument("--device", default=None, help="device of each replica, selected on its node")
-    p.add_argument("--threads", "-t", type=int, default=None, help="CPU threads per replica")
+    add_flags(p, ModelOptions, replica_fields())  # what `bitnet serve` loads, in each replica
     p.add_argument("--replicas", type=int, default=None, help="fixed number of replicas (1)")
     p.add_argument("--min-replicas", type=int, default=None, help="autoscaling: lower bound")
     p.add_argument("--max-replicas", type=int, default=None, help="autoscaling: upper bound")
@@ -39,11 +41,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="address of Ray's HTTP proxy")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--ctx-size", "-c", type=int, default=None, help="context length (tokens)")
-    p.add_argument("--kv-type", choices=["f16", "f32"], default=None, help="KV cache element type")
-    p.add_argument(
-        "--kv-budget", type=int, default=None, metavar="MIB", help="KV cache MiB of each replica"
-    )
     p.add_argument(
         "--address", default=None, help="a running Ray cluster (default: start a local one)"
     )
@@ -58,12 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def app_args(args: argparse.Namespace) -> dict[str, Any]:
     keys = (
-        "model",
-        "device",
-        "threads",
-        "ctx_size",
-        "kv_type",
-        "kv_budget",
+        *(f.name for f in replica_fields()),
         *(f.name for f in dataclasses.fields(ServerOptions)),
         "replicas",
         "min_replicas",
