@@ -25,14 +25,16 @@ def option(
     default: Any,
     *flags: str,
     help: str,  # noqa: A002 - argparse's name
-    minimum: int | None = None,
+    minimum: float | None = None,
+    above: float | None = None,
     metavar: str | None = None,
     replica: bool = True,
 ) -> Any:
     """A dataclass field with its flags (the first one names it in errors), help and
-    lowest value; ``replica=False``: an option of the command line only, that a Ray Serve
-    replica does not take. A ``bool`` field's flag sets it to ``not default``."""
-    meta = {"flags": flags, "help": help, "minimum": minimum, "metavar": metavar}
+    lowest value (``minimum``, or ``above`` for a bound it must exceed); ``replica=False``:
+    an option of the command line only, that a Ray Serve replica does not take. A ``bool``
+    field's flag sets it to ``not default``."""
+    meta = {"flags": flags, "help": help, "minimum": minimum, "above": above, "metavar": metavar}
     return field(default=default, metadata={**meta, "replica": replica})
 
 

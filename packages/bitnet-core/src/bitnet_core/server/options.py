@@ -1,5 +1,6 @@
 """The server's options, declared once: ``bitnet serve``, ``bitnet serve-ray`` and the Ray
-Serve config (``ray_config.RayServeArgs``) all read :class:`ServerOptions`.
+Serve config (``ray_config.RayServeArgs``) all read :class:`ServerOptions`; ``serve-ray``'s
+flags and the config's deployment settings both come from :class:`RayOptions`.
 
 Each field carries its command-line flags and help (``option_fields.option``);
 ``add_server_args`` turns the fields into ``argparse`` flags and
@@ -68,6 +69,33 @@ class ServerOptions:
     def from_namespace(cls, args: argparse.Namespace) -> ServerOptions:
         """The options ``add_server_args`` parsed (a flag left out keeps its default)."""
         return option_fields.from_namespace(cls, args)
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """How Ray Serve runs the replicas: a fixed number, or autoscaling bounds, and the
+    resources of each (checked together in ``ray_config``)."""
+
+    replicas: int | None = option(
+        None, "--replicas", help="fixed number of replicas (1)", minimum=1
+    )
+    min_replicas: int | None = option(
+        None, "--min-replicas", help="autoscaling: lower bound", minimum=0
+    )
+    max_replicas: int | None = option(
+        None, "--max-replicas", help="autoscaling: upper bound", minimum=1
+    )
+    target_ongoing_requests: float | None = option(
+        None, "--target-ongoing-requests", above=0,
+        help="autoscaling: ongoing requests per replica to aim for (default: --max-active)",
+    )  # fmt: skip
+    num_cpus: float | None = option(
+        None, "--num-cpus", help="CPUs per replica (--threads)", minimum=0
+    )
+    num_gpus: float | None = option(
+        None, "--num-gpus", minimum=0,
+        help="GPUs per replica (default: 1 for a GPU device request, else 0)",
+    )  # fmt: skip
 
 
 def flag_of(name: str) -> str:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from ..errors import ConfigError
 from ..model.load_options import ModelOptions, replica_fields
-from .options import ServerOptions
+from .options import RayOptions, ServerOptions
 
 APP_NAME = "bitnet"
 DEPLOYMENT_NAME = "BitnetServer"
@@ -27,26 +27,17 @@ IMPORT_PATH = "bitnet_core.server.ray_serve:build_app"
 #: the request router: a session's requests to the replica holding its prefix (ray_router.py)
 ROUTER_CLASS = "bitnet_core.server.ray_router:PrefixAffinityRouter"
 # fields that become Ray Serve deployment options rather than engine settings
-RAY_FIELDS = frozenset(
-    {"replicas", "min_replicas", "max_replicas", "target_ongoing_requests", "num_cpus", "num_gpus"}
-)
+RAY_FIELDS = frozenset(f.name for f in dataclasses.fields(RayOptions))
 
 
 class _ReplicaArgs(BaseModel):
-    """Ray Serve's own settings; the model each replica loads (``ModelOptions``,
-    ``model/load_options.py``: the path on every node, the device selected on the
-    replica's node, its threads and KV cache) and the server's options (``ServerOptions``,
-    ``server/options.py``) are added to these as fields below."""
+    """The checks and helpers of ``RayServeArgs``, whose fields are made below from the
+    model each replica loads (``ModelOptions``, ``model/load_options.py``: the path on
+    every node, the device selected on the replica's node, its threads and KV cache),
+    Ray Serve's own settings (``RayOptions``) and the server's options (``ServerOptions``,
+    ``server/options.py``)."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
-
-    # Ray Serve: a fixed number of replicas, or autoscaling bounds
-    replicas: int | None = Field(default=None, ge=1)
-    min_replicas: int | None = Field(default=None, ge=0)
-    max_replicas: int | None = Field(default=None, ge=1)
-    target_ongoing_requests: float | None = Field(default=None, gt=0)
-    num_cpus: float | None = Field(default=None, ge=0)
-    num_gpus: float | None = Field(default=None, ge=0)
 
     def server_options(self) -> ServerOptions:
         """The replica's ``ServerOptions`` (``ConfigError`` for a bad one)."""
@@ -96,24 +87,23 @@ class _ReplicaArgs(BaseModel):
 
 def _fields(cls: type, fields: list[dataclasses.Field], bounds: bool) -> dict[str, Any]:
     """pydantic fields of these dataclass fields of ``cls``; ``bounds``: each one's
-    ``minimum`` as its ``ge`` (for a class that does not check its own ranges)."""
+    ``minimum``/``above`` as its ``ge``/``gt`` (for a class that does not check its own)."""
     hints = typing.get_type_hints(cls)
-    return {
-        f.name: (
-            hints[f.name],
-            Field(default=f.default, ge=f.metadata["minimum"] if bounds else None),
-        )
-        for f in fields
-    }
+    out = {}
+    for f in fields:
+        ge, gt = (f.metadata["minimum"], f.metadata["above"]) if bounds else (None, None)
+        out[f.name] = (hints[f.name], Field(default=f.default, ge=ge, gt=gt))
+    return out
 
 
 #: the application's arguments: ``_ReplicaArgs`` plus the replica's ``ModelOptions``
-#: fields and every ``ServerOptions`` field
+#: fields, every ``RayOptions`` field and every ``ServerOptions`` field
 RayServeArgs = create_model(
     "RayServeArgs",
     __base__=_ReplicaArgs,
     __doc__="The application's arguments; every field has ``bitnet serve``'s meaning.",
     **_fields(ModelOptions, replica_fields(), bounds=True),
+    **_fields(RayOptions, list(dataclasses.fields(RayOptions)), bounds=True),
     # ServerOptions.__post_init__ checks its ranges (server_options, in _check)
     **_fields(ServerOptions, list(dataclasses.fields(ServerOptions)), bounds=False),
 )

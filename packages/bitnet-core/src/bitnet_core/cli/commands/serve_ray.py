@@ -10,7 +10,7 @@ from typing import Any
 from ...errors import ConfigError
 from ...model.load_options import ModelOptions, replica_fields
 from ...option_fields import add_flags
-from ...server.options import ServerOptions, add_server_args
+from ...server.options import RayOptions, ServerOptions, add_server_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,22 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "its own --threads and --kv-budget.",
     )
     add_flags(p, ModelOptions, replica_fields())  # what `bitnet serve` loads, in each replica
-    p.add_argument("--replicas", type=int, default=None, help="fixed number of replicas (1)")
-    p.add_argument("--min-replicas", type=int, default=None, help="autoscaling: lower bound")
-    p.add_argument("--max-replicas", type=int, default=None, help="autoscaling: upper bound")
-    p.add_argument(
-        "--target-ongoing-requests",
-        type=float,
-        default=None,
-        help="autoscaling: ongoing requests per replica to aim for (default: --max-active)",
-    )
-    p.add_argument("--num-cpus", type=float, default=None, help="CPUs per replica (--threads)")
-    p.add_argument(
-        "--num-gpus",
-        type=float,
-        default=None,
-        help="GPUs per replica (default: 1 for a GPU device request, else 0)",
-    )
+    add_flags(p, RayOptions)  # server/options.py: replicas or autoscaling, CPUs and GPUs of each
     p.add_argument("--host", default="127.0.0.1", help="address of Ray's HTTP proxy")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument(
@@ -54,17 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def app_args(args: argparse.Namespace) -> dict[str, Any]:
-    keys = (
-        *(f.name for f in replica_fields()),
-        *(f.name for f in dataclasses.fields(ServerOptions)),
-        "replicas",
-        "min_replicas",
-        "max_replicas",
-        "target_ongoing_requests",
-        "num_cpus",
-        "num_gpus",
+    """The application's arguments (``RayServeArgs``) the flags set."""
+    fields = (
+        *replica_fields(),
+        *dataclasses.fields(ServerOptions),
+        *dataclasses.fields(RayOptions),
     )
-    return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    return {f.name: getattr(args, f.name) for f in fields if getattr(args, f.name) is not None}
 
 
 def run(args: argparse.Namespace) -> int:
