@@ -259,8 +259,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(report: dict, path: Path) -> None:
-    plt = pyplot()
-    if plt is None:
+    if (plt := pyplot()) is None:
         return
     rows = report["results"]
     labels = [

@@ -451,8 +451,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(report: dict, path: Path) -> None:
-    plt = pyplot()
-    if plt is None:
+    if (plt := pyplot()) is None:
         return
     fig, axes = plt.subplots(1, 2, figsize=(8, 4))
     for ax, key, title in zip(

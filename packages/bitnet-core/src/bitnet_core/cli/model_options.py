@@ -1,4 +1,5 @@
-"""Options shared by ``bitnet run``, ``chat`` and ``bench``: the model, the device, sampling."""
+"""Options shared by the commands: the model, the device, sampling (``bitnet run``, ``chat``,
+``bench``, ``embed``, ``serve``), and a conversion's (``bitnet convert``, ``pull``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import sys
 from typing import Any
 
+from ..convert.types import CONVERT_TYPES
 from ..model.load_options import ModelOptions, apply_threads
 from ..option_fields import add_flags, from_namespace
 from ..sdk.load_stages import stage_line
@@ -15,6 +17,18 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     """Every ``ModelOptions`` field as a flag: --model --device --threads --no-act-quant
     --ctx-size --kv-type --kv-budget --no-progress (``model/load_options.py``)."""
     add_flags(p, ModelOptions)
+
+
+def add_conversion_args(p: argparse.ArgumentParser, type_help: str) -> None:
+    """``--type`` (the ternary layout a conversion writes, ``type_help``) and ``--no-progress``."""
+    p.add_argument(
+        "--type",
+        dest="ternary_type",
+        choices=CONVERT_TYPES,
+        default="tq2_0",
+        help=f"{type_help} (default: tq2_0)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int = 128) -> None:
