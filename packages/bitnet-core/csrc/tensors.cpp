@@ -562,6 +562,14 @@ std::shared_ptr<DenseI8> dense_i8_from(py::array table) {
 void register_tensors(py::module_ &m) {
     m.def("huge_page_weights", &huge_page_weights,
           "Whether weights are copied into huge-page memory (Linux; BITNET_CPU_HUGE_PAGES=0: no).");
+    m.def("promote_weight_arena", [] {
+        py::gil_scoped_release nogil;
+        return promote_weight_arena();
+    }, "Collapse the weights written so far into huge pages (blocks; call it off the critical path).");
+    m.def("stop_weight_promotion", &stop_weight_promotion,
+          "Make promote_weight_arena return at once, for good (at process exit).");
+    m.def("deferred_huge_pages", &deferred_huge_pages,
+          "Whether weight segments get their huge pages after loading (promote_weight_arena).");
     m.def("weight_arena_stats", [] {
         const ArenaStats s = weight_arena_stats();
         return py::dict(py::arg("live_bytes") = s.live_bytes, py::arg("segment_bytes") = s.segment_bytes,

@@ -26,6 +26,17 @@ Buffer aligned_buffer(size_t n);
 // BITNET_CPU_HUGE_PAGES=0 (read once) gives aligned_buffer's memory instead.
 Buffer weight_buffer(size_t n);
 
+// Segments are mapped without huge-page advice unless BITNET_CPU_HUGE_PAGES=eager:
+// in a VM, clearing never-touched huge pages at first write dominated a 2B model's
+// load (60% of it in clear_page). promote_weight_arena() then advises every segment
+// not yet promoted and collapses its written pages into huge pages (MADV_COLLAPSE,
+// Linux 6.1; elsewhere khugepaged does it over time). It blocks for as long as the
+// kernel takes: call it off the critical path. Returns the bytes collapsed.
+bool deferred_huge_pages();
+size_t promote_weight_arena();
+// Makes promote_weight_arena return after its current step, for good (process exit).
+void stop_weight_promotion();
+
 // Whether weight_buffer gives huge-page memory (Linux, not switched off). Where it
 // does, TQ2_0 weights are copied there from the file's mapping, else used in place.
 bool huge_page_weights();

@@ -49,6 +49,8 @@ def test_ternary_weights_live_in_2mib_aligned_huge_page_segments(gguf):
     mod = prov.native_module()
     assert mod.huge_page_weights()
     model = load(gguf, prov.name, progress=False)
+    if mod.deferred_huge_pages():  # advised once the runner is built, off the critical path
+        model.provider.promotion.join(timeout=120)
     weights = [getattr(layer, n) for layer in model.runner.weights.layers for n in TERNARY]
     assert weights and not any(w.in_place for w in weights)
     for w in weights:
@@ -58,6 +60,53 @@ def test_ternary_weights_live_in_2mib_aligned_huge_page_segments(gguf):
     stats = mod.weight_arena_stats()
     assert stats["live_bytes"] >= sum(w.nbytes for w in weights)
     assert stats["segment_bytes"] < stats["live_bytes"] + stats["segments"] * (32 << 20)
+
+
+_PROMOTION = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from memory_maps import mapping_of
+from native_cpu import available_providers
+import numpy as np
+mod = available_providers()[0].native_module()
+codes = np.random.default_rng(1).integers(-1, 2, size=(4096, 1024)).astype(np.int8)
+m = mod.TernaryMatrix.from_codes(codes, np.ones(4096, np.float32))
+before = mapping_of(m.address)[2]["THPeligible"]
+{between}
+done = mod.promote_weight_arena()
+after = mapping_of(m.address)[2]["THPeligible"]
+print(json.dumps({{"before": before, "after": after, "done": done,
+                  "again": mod.promote_weight_arena()}}))
+"""
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux")
+    or "[never]" in (THP.read_text() if THP.exists() else "[never]"),
+    reason="transparent huge pages: Linux, not switched off",
+)
+@pytest.mark.parametrize("stopped", [False, True])
+def test_weights_are_advised_huge_pages_when_promoted_not_when_written(stopped):
+    """Deferred huge pages (the default): a weight segment is mapped without the advice
+    (its first writes are 4 KiB pages, cheap) and advised by ``promote_weight_arena``,
+    once; after ``stop_weight_promotion`` (process exit) nothing more is done."""
+    _native()
+    prog = _PROMOTION.format(
+        tests=str(Path(__file__).parent),
+        between="mod.stop_weight_promotion()" if stopped else "",
+    )
+    env = {k: v for k, v in os.environ.items() if k != "BITNET_CPU_HUGE_PAGES"}
+    out = subprocess.run(
+        [sys.executable, "-c", prog], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["before"] == "0", got
+    assert got["again"] == 0, got  # each segment is promoted once
+    if stopped:
+        assert got["after"] == "0" and got["done"] == 0, got
+    else:
+        assert got["after"] == "1", got  # MADV_COLLAPSE itself may find no free huge page
 
 
 def test_a_model_let_go_frees_its_weights_and_int8_head(gguf):

@@ -17,7 +17,9 @@ Settings (environment, or the constructor / ``set_threads``):
 - ``BITNET_CPU_HUGE_PAGES``: the packed weights (TQ2_0 bytes copied from the
   file's mapping too) live in memory advised as transparent huge pages
   (Linux; read once per process): a decode step, which reads every weight,
-  misses the TLB once per 2 MiB instead of per 4 KiB page. ``0``: plain
+  misses the TLB once per 2 MiB instead of per 4 KiB page; advised once the
+  runner is built, off the load's path (``huge_pages.py``). ``eager``: advised
+  at mapping (the load clears the huge pages). ``0``: plain
   memory, and TQ2_0 tensors used in place from the file's mapping (zero-copy:
   processes that load one file share its page cache);
 - ``BITNET_CPU_INT8_HEAD``: the output head (``matmul_dense``). ``checked``:
@@ -60,6 +62,7 @@ from ..hal.weights import TernaryWeight
 from ..native import cpu_features, load_native
 from ..sdk.load_stages import stage
 from .file_pages import file_extent, release_file_pages
+from .huge_pages import promote_weights_later
 from .reference import ReferenceProvider
 
 LAYOUTS = ("auto", "i2_128", "tq1_160")
@@ -173,6 +176,7 @@ class NativeCpuProvider(ReferenceProvider):
         self._kernels: Any = None
         # id(table) -> (a reference to the table, its int8 copy); the entry goes with the table
         self._i8_tables: dict[int, tuple[Any, Any]] = {}
+        self.promotion: Any = None  # the thread moving the weights into huge pages, if any
 
     # --- settings -----------------------------------------------------------
     @property
@@ -388,6 +392,7 @@ class NativeCpuProvider(ReferenceProvider):
         from .cpu_runner import FusedCpuRunner, fused_enabled
 
         if not fused_enabled():
+            self.promotion = promote_weights_later(self.native_module())
             return None
         cfg = weights.config
         if cfg.linear_norms or cfg.qk_norms or cfg.is_embedding:
@@ -401,8 +406,12 @@ class NativeCpuProvider(ReferenceProvider):
                 f"{self.name}: the fused forward pass has no {what} ({cfg.arch} graph); "
                 "the generic engine runs this model",
             )
+            self.promotion = promote_weights_later(self.native_module())
             return None
-        return FusedCpuRunner(self, weights, **opts)
+        runner = FusedCpuRunner(self, weights, **opts)  # builds the int8 head too
+        # the weights into huge pages, off the critical path (providers/huge_pages.py)
+        self.promotion = promote_weights_later(self.native_module())
+        return runner
 
     def rope(
         self,
