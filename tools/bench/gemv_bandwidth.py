@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -40,6 +41,9 @@ from bitnet_core import _native
 from bitnet_core.formats import get_codec
 from bitnet_core.model.presets import matrix_shapes, preset
 from bitnet_core.native import cpu_features
+
+sys.path.insert(0, str(Path(__file__).parent))
+from plotting import pyplot  # noqa: E402
 
 SHAPES = {
     "bitnet_b1_58-large": matrix_shapes(preset("large")),
@@ -255,13 +259,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(report: dict, path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no PNG (uv sync --group bench)")
+    if (plt := pyplot()) is None:
         return
     rows = report["results"]
     labels = [

@@ -50,6 +50,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import machine_probe  # noqa: E402
+from plotting import pyplot  # noqa: E402
 
 
 def make_model(path: Path) -> Path:
@@ -450,13 +451,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(report: dict, path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no PNG (uv sync --group bench)", file=sys.stderr)
+    if (plt := pyplot()) is None:
         return
     fig, axes = plt.subplots(1, 2, figsize=(8, 4))
     for ax, key, title in zip(

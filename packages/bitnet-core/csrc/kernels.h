@@ -2,7 +2,7 @@
 //
 // Each instruction set has its own translation unit (kernels_scalar.cpp,
 // kernels_avx2.cpp, kernels_avx512.cpp, kernels_neon.cpp, kernels_neon_dotprod.cpp) that includes
-// kernels_impl.inc under its own -m flags and returns a KernelTable. Every
+// kernels_isa.inc under its own -m flags and returns a KernelTable. Every
 // kernel works on a range of rows / items so that the caller (ops.cpp) can
 // split it over the thread pool; kernels never allocate Python objects and
 // share no inline templates with other translation units.

@@ -2,7 +2,7 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #define BITNET_ISA_NS avx2
 #define BITNET_ISA_NAME "avx2"
-#include "kernels_impl.inc"
+#include "kernels_isa.inc"
 
 namespace bitnet {
 const KernelTable *kernels_avx2() { return &avx2::table; }

@@ -4,7 +4,7 @@
 #define BITNET_ISA_NS neon
 #define BITNET_ISA_NAME "neon"
 #define BITNET_NEON 1
-#include "kernels_impl.inc"
+#include "kernels_isa.inc"
 
 #if defined(__linux__)
 #include <sys/auxv.h>

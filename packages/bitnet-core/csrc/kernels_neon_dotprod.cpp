@@ -4,7 +4,7 @@
 #define BITNET_ISA_NS neon_dotprod
 #define BITNET_ISA_NAME "neon+dotprod"
 #define BITNET_NEON 1
-#include "kernels_impl.inc"
+#include "kernels_isa.inc"
 
 namespace bitnet {
 const KernelTable *kernels_neon_dotprod() { return &neon_dotprod::table; }

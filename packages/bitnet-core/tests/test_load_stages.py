@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
+from formats_testlib import TINY
 
-from bitnet_core.config import BitNetConfig
 from bitnet_core.model.api import load
 from bitnet_core.model.random import random_model_file
 from bitnet_core.sdk import load_stages
 from bitnet_core.sdk.load_stages import measuring, stage, stage_line
 
-CFG = BitNetConfig(
-    vocab_size=300,
-    hidden_size=256,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    intermediate_size=512,
-    context_length=64,
-)
+CFG = dataclasses.replace(TINY, context_length=64)
 
 
 def test_nested_stages_are_taken_out_of_the_outer_one(monkeypatch):

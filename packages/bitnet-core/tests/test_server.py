@@ -417,17 +417,12 @@ def test_cli_serve_starts_and_answers(tmp_path, model):
 
     from bitnet_core.server.live import free_port
 
-    path = model.path
+    serve = [sys.executable, "-m", "bitnet_core.cli.main", "serve", "--model", str(model.path)]
     port = free_port()
     env = {**os.environ, "BITNET_API_KEY": "k"}
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "bitnet_core.cli.main",
-            "serve",
-            "--model",
-            str(path),
+            *serve,
             "--port",
             str(port),
             "--device",
@@ -484,12 +479,7 @@ def test_cli_serve_starts_and_answers(tmp_path, model):
         proc.wait(timeout=20)
     bad = subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "bitnet_core.cli.main",
-            "serve",
-            "--model",
-            str(path),
+            *serve,
             "--port",
             "0",
         ],
@@ -499,8 +489,7 @@ def test_cli_serve_starts_and_answers(tmp_path, model):
     )
     assert bad.returncode != 0 and "error:" in bad.stderr and "Traceback" not in bad.stderr
     tight = subprocess.run(  # a step must hold every decoding sequence and some prompt
-        [sys.executable, "-m", "bitnet_core.cli.main", "serve", "--model", str(path)]
-        + ["-np", "4", "--step-tokens", "4"],
+        [*serve, "-np", "4", "--step-tokens", "4"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -53,6 +53,7 @@ from bitnet_core.sdk.fused import FusedLayer, decode_together, fused_layers
 from bitnet_core.sdk.kv_cache import Sequence
 from bitnet_core.sdk.runner import GenericRunner
 
+from .kernels import KERNELS
 from .provider import CudaProvider, CudaTernary, HalfTable, device_address
 
 NORM_THREADS = 256  # the provider's rmsnorm/quantize_act blocks: same sums, same rounding
@@ -201,7 +202,7 @@ class CudaRunner(GenericRunner):
             return
         self.cp = provider.cp
         self.stream = self.cp.cuda.Stream(non_blocking=True)
-        self._fn = {name: provider._k(name) for name in _KERNELS}
+        self._fn = {name: provider._k(name) for name in KERNELS}
         w = self.weights
         self.layers = fused_layers(self.weights, lambda ws: fuse_ternary(self.cp, ws))
         emb = w.embedding
@@ -572,26 +573,3 @@ class CudaRunner(GenericRunner):
 
     def _matmul(self, w: Any, xq: Any, xs: Any, xsum: Any, y: Any, t: int, add: bool) -> None:
         self._provider.launch_i2s(w.words, w.scales, xq, xs, xsum, y, t, add=add)
-
-
-_KERNELS = (
-    "embed_f16",
-    "embed_bf16",
-    "embed_f32",
-    "rmsnorm",
-    "rmsnorm_quant",
-    "act_norm_quant",
-    "rope_store",
-    "rope_store_f16",
-    "attention",
-    "attention_f16",
-    "attn_split",
-    "attn_split_f16",
-    "rope_store_seqs",
-    "rope_store_seqs_f16",
-    "attn_split_seqs",
-    "attn_split_seqs_f16",
-    "attn_combine_norm_quant",
-    "argmax_next",
-    "sample_next",
-)

@@ -1,4 +1,5 @@
-"""Options shared by ``bitnet run``, ``chat`` and ``bench``: the model, the device, sampling."""
+"""Options shared by the commands: the model, the device, sampling (``bitnet run``, ``chat``,
+``bench``, ``embed``, ``serve``), and a conversion's (``bitnet convert``, ``pull``)."""
 
 from __future__ import annotations
 
@@ -6,45 +7,28 @@ import argparse
 import sys
 from typing import Any
 
+from ..convert.types import CONVERT_TYPES
+from ..model.load_options import ModelOptions, apply_threads
+from ..option_fields import add_flags, from_namespace
 from ..sdk.load_stages import stage_line
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
+    """Every ``ModelOptions`` field as a flag: --model --device --threads --no-act-quant
+    --ctx-size --kv-type --kv-budget --no-progress (``model/load_options.py``)."""
+    add_flags(p, ModelOptions)
+
+
+def add_conversion_args(p: argparse.ArgumentParser, type_help: str) -> None:
+    """``--type`` (the ternary layout a conversion writes, ``type_help``) and ``--no-progress``."""
     p.add_argument(
-        "--model",
-        "-m",
-        default=None,
-        help="GGUF file, or a hub model ORG/NAME[@REV][:FILE] or hf://ORG/NAME/FILE.gguf "
-        "(default: the bundled demo model)",
+        "--type",
+        dest="ternary_type",
+        choices=CONVERT_TYPES,
+        default="tq2_0",
+        help=f"{type_help} (default: tq2_0)",
     )
-    p.add_argument(
-        "--device",
-        default=None,
-        help="auto, cpu, gpu, a device family or a provider name (see bitnet devices)",
-    )
-    p.add_argument("--threads", "-t", type=int, default=None, help="CPU threads for the kernels")
-    p.add_argument(
-        "--no-act-quant",
-        action="store_true",
-        help="debug: keep activations in float (no per-token int8 quantization)",
-    )
-    p.add_argument("--ctx-size", "-c", type=int, default=None, help="context length (tokens)")
-    p.add_argument(
-        "--kv-type",
-        choices=["f16", "f32"],
-        default=None,
-        help="KV cache element type (default: the device's choice; f16 on the native CPU providers)",
-    )
-    p.add_argument(
-        "--kv-budget",
-        type=int,
-        default=None,
-        metavar="MIB",
-        help="KV cache memory for all sequences together, MiB (default 1024)",
-    )
-    p.add_argument(
-        "--no-progress", action="store_true", help="no progress bar while the model loads"
-    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def add_sampling_args(p: argparse.ArgumentParser, max_tokens: int = 128) -> None:
@@ -81,22 +65,19 @@ def sampling_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def load_model(args: argparse.Namespace):
     """Load the model the arguments name; print the startup summary on stderr."""
     from ..model import load
-    from ..model.load_options import apply_threads, kv_cache_config
 
-    apply_threads(args.threads)
-    kv = kv_cache_config(
-        args.ctx_size, getattr(args, "kv_type", None), getattr(args, "kv_budget", None)
-    )
+    opts = from_namespace(ModelOptions, args)
+    apply_threads(opts.threads)
     model = load(
-        args.model,
-        args.device,
-        quantize_activations=not args.no_act_quant,
-        kv_cache=kv,
-        progress=False if args.no_progress else None,
+        opts.model,
+        opts.device,
+        quantize_activations=opts.act_quant,
+        kv_cache=opts.kv_cache(),
+        progress=None if opts.progress else False,
     )
     set_threads = getattr(model.provider, "set_threads", None)
-    if args.threads and callable(set_threads):
-        set_threads(args.threads)
+    if opts.threads and callable(set_threads):
+        set_threads(opts.threads)
     print(
         f"bitnet: {model.selection} model={model.path} "
         f"layers={model.config.num_layers} hidden={model.config.hidden_size} "

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Codec, check_codes, row_scales, row_scales_from_blocks
+from .tq_blocks import TernaryBlockCodec
 
-QK = 256
 BLOCK_BYTES = 54
 _POW5 = np.array([81, 27, 9, 3, 1], dtype=np.uint16)
 _POW4 = np.array([81, 27, 9, 3], dtype=np.uint16)
@@ -39,46 +38,25 @@ def _decode(b: np.ndarray, muls: np.ndarray) -> np.ndarray:
     return ((q.astype(np.uint16) * 3) >> 8).astype(np.int8).reshape(nb, muls.size * width)
 
 
-class TQ1_0(Codec):
+class TQ1_0(TernaryBlockCodec):
     name = "tq1_0"
     ggml_type = 34
-    col_multiple = QK
-    native_reader = True
+    block_bytes = BLOCK_BYTES
 
-    def nbytes(self, rows: int, cols: int) -> int:
-        return rows * (cols // QK) * BLOCK_BYTES
-
-    def pack(self, codes: np.ndarray, scales: np.ndarray | float) -> np.ndarray:
-        codes = check_codes(codes, self.name)
-        rows, cols = codes.shape
-        self.check_shape(rows, cols)
-        s = row_scales(scales, rows, self.name)
-        nb = rows * (cols // QK)
-        t = (codes.reshape(nb, QK) + 1).astype(np.uint8)
+    def pack_blocks(self, codes: np.ndarray) -> np.ndarray:
+        t = (codes + 1).astype(np.uint8)
         qs0 = _encode(t[:, :160], 5, 32, _POW5)
         qs1 = _encode(t[:, 160:240], 5, 16, _POW5)
         qh = _encode(t[:, 240:], 4, 4, _POW4)
-        live = codes.reshape(nb, QK).any(axis=1)
-        d = np.where(live, np.repeat(s, cols // QK), 0).astype(np.float16)
-        out = np.concatenate([qs0, qs1, qh, d.view(np.uint8).reshape(nb, 2)], axis=1)
-        return out.reshape(-1)
+        return np.concatenate([qs0, qs1, qh], axis=1)
 
-    def unpack_numpy(self, raw: np.ndarray, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
-        blocks = self.raw_bytes(raw, rows, cols).reshape(-1, BLOCK_BYTES)
-        nb = blocks.shape[0]
-        d = blocks[:, 52:54].copy().view(np.float16).reshape(nb).astype(np.float32)
+    def unpack_blocks(self, data: np.ndarray) -> np.ndarray:
         t = np.concatenate(
             [
-                _decode(blocks[:, 0:32], _MUL5),
-                _decode(blocks[:, 32:48], _MUL5),
-                _decode(blocks[:, 48:52], _MUL4),
+                _decode(data[:, 0:32], _MUL5),
+                _decode(data[:, 32:48], _MUL5),
+                _decode(data[:, 48:52], _MUL4),
             ],
             axis=1,
         )
-        codes = t - 1
-        codes[d == 0] = 0
-        live = codes.any(axis=1)
-        scales = row_scales_from_blocks(
-            d.reshape(rows, -1), live.reshape(rows, -1), f"{self.name} tensor"
-        )
-        return codes.reshape(rows, cols), scales
+        return t - 1

@@ -1,7 +1,8 @@
 """The server's options, declared once: ``bitnet serve``, ``bitnet serve-ray`` and the Ray
-Serve config (``ray_config.RayServeArgs``) all read :class:`ServerOptions`.
+Serve config (``ray_config.RayServeArgs``) all read :class:`ServerOptions`; ``serve-ray``'s
+flags and the config's deployment settings both come from :class:`RayOptions`.
 
-Each field carries its command-line flags and help in its metadata;
+Each field carries its command-line flags and help (``option_fields.option``);
 ``add_server_args`` turns the fields into ``argparse`` flags and
 ``from_namespace`` reads them back. Needs nothing beyond the standard library,
 so the CLI can parse and check the flags before the server extra is imported.
@@ -11,69 +12,45 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
+from .. import option_fields
 from ..errors import ConfigError
-
-
-def _opt(*flags: str, help: str, **kw: Any) -> dict[str, Any]:  # noqa: A002 - argparse's name
-    return {"flags": flags, "help": help, **kw}
+from ..option_fields import option
 
 
 @dataclass(frozen=True)
 class ServerOptions:
     """How one server (or one Ray Serve replica) serves its model."""
 
-    model_name: str | None = field(
-        default=None,
-        metadata=_opt("--model-name", help="name clients use (default: the file's stem)"),
+    model_name: str | None = option(
+        None, "--model-name", help="name clients use (default: the file's stem)"
     )
-    api_key: str | None = field(
-        default=None,
-        metadata=_opt(
-            "--api-key", help="require 'Authorization: Bearer KEY' (default: BITNET_API_KEY)"
-        ),
+    api_key: str | None = option(
+        None, "--api-key", help="require 'Authorization: Bearer KEY' (default: BITNET_API_KEY)"
     )
-    max_active: int = field(
-        default=8,
-        metadata=_opt(
-            "--parallel", "-np", "--max-active",
-            help="sequences decoding together (llama.cpp's --parallel)", minimum=1,
-        ),
+    max_active: int = option(
+        8, "--parallel", "-np", "--max-active",
+        help="sequences decoding together (llama.cpp's --parallel)", minimum=1,
     )  # fmt: skip
-    max_queue: int = field(
-        default=256,
-        metadata=_opt("--max-queue", help="queued + running requests before 429", minimum=1),
+    max_queue: int = option(
+        256, "--max-queue", help="queued + running requests before 429", minimum=1
     )
-    max_tokens: int = field(
-        default=256,
-        metadata=_opt("--max-tokens", help="default max_tokens of a request", minimum=1),
-    )
-    max_body_bytes: int = field(
-        default=8 << 20,
-        metadata=_opt(
-            "--max-body-bytes",
-            help="largest request body; bigger ones get 413 (default 8 MiB)",
-            minimum=1,
-        ),
-    )
-    step_tokens: int | None = field(
-        default=None,
-        metadata=_opt(
-            "--step-tokens", "--max-num-batched-tokens",
-            help="tokens one batched step may carry: one per decoding sequence, the rest feed "
-            "prompts in chunks (vLLM's --max-num-batched-tokens; default max(128, --parallel + 1))",
-            minimum=2,
-        ),
+    max_tokens: int = option(256, "--max-tokens", help="default max_tokens of a request", minimum=1)
+    max_body_bytes: int = option(
+        8 << 20, "--max-body-bytes",
+        help="largest request body; bigger ones get 413 (default 8 MiB)", minimum=1,
     )  # fmt: skip
-    prefix_cache: bool = field(
-        default=True,
-        metadata=_opt(
-            "--no-prefix-cache",
-            help="compute every prompt in full (default: reuse the KV of prefixes computed before)",
-        ),
-    )
+    step_tokens: int | None = option(
+        None, "--step-tokens", "--max-num-batched-tokens",
+        help="tokens one batched step may carry: one per decoding sequence, the rest feed "
+        "prompts in chunks (vLLM's --max-num-batched-tokens; default max(128, --parallel + 1))",
+        minimum=2,
+    )  # fmt: skip
+    prefix_cache: bool = option(
+        True, "--no-prefix-cache",
+        help="compute every prompt in full (default: reuse the KV of prefixes computed before)",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -91,24 +68,41 @@ class ServerOptions:
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> ServerOptions:
         """The options ``add_server_args`` parsed (a flag left out keeps its default)."""
-        got = {f.name: getattr(args, f.name, None) for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in got.items() if v is not None})
+        return option_fields.from_namespace(cls, args)
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """How Ray Serve runs the replicas: a fixed number, or autoscaling bounds, and the
+    resources of each (checked together in ``ray_config``)."""
+
+    replicas: int | None = option(
+        None, "--replicas", help="fixed number of replicas (1)", minimum=1
+    )
+    min_replicas: int | None = option(
+        None, "--min-replicas", help="autoscaling: lower bound", minimum=0
+    )
+    max_replicas: int | None = option(
+        None, "--max-replicas", help="autoscaling: upper bound", minimum=1
+    )
+    target_ongoing_requests: float | None = option(
+        None, "--target-ongoing-requests", above=0,
+        help="autoscaling: ongoing requests per replica to aim for (default: --max-active)",
+    )  # fmt: skip
+    num_cpus: float | None = option(
+        None, "--num-cpus", help="CPUs per replica (--threads)", minimum=0
+    )
+    num_gpus: float | None = option(
+        None, "--num-gpus", minimum=0,
+        help="GPUs per replica (default: 1 for a GPU device request, else 0)",
+    )  # fmt: skip
 
 
 def flag_of(name: str) -> str:
     """The first flag of the field ``name``."""
-    return {f.name: f.metadata for f in dataclasses.fields(ServerOptions)}[name]["flags"][0]
+    return option_fields.flag_of(ServerOptions, name)
 
 
 def add_server_args(p: argparse.ArgumentParser) -> None:
     """Every ``ServerOptions`` field as a flag (unset flags stay None: the field's default)."""
-    for f in dataclasses.fields(ServerOptions):
-        meta = f.metadata
-        if f.type in (bool, "bool"):
-            p.add_argument(
-                *meta["flags"], dest=f.name, action="store_const", const=not f.default,
-                default=None, help=meta["help"],
-            )  # fmt: skip
-            continue
-        kind = int if "int" in str(f.type) else str
-        p.add_argument(*meta["flags"], dest=f.name, type=kind, default=None, help=meta["help"])
+    option_fields.add_flags(p, ServerOptions)

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from ..errors import ConfigError
-from .options import ServerOptions
+from ..model.load_options import ModelOptions, replica_fields
+from .options import RayOptions, ServerOptions
 
 APP_NAME = "bitnet"
 DEPLOYMENT_NAME = "BitnetServer"
@@ -26,30 +27,17 @@ IMPORT_PATH = "bitnet_core.server.ray_serve:build_app"
 #: the request router: a session's requests to the replica holding its prefix (ray_router.py)
 ROUTER_CLASS = "bitnet_core.server.ray_router:PrefixAffinityRouter"
 # fields that become Ray Serve deployment options rather than engine settings
-RAY_FIELDS = frozenset(
-    {"replicas", "min_replicas", "max_replicas", "target_ongoing_requests", "num_cpus", "num_gpus"}
-)
+RAY_FIELDS = frozenset(f.name for f in dataclasses.fields(RayOptions))
 
 
 class _ReplicaArgs(BaseModel):
-    """The model each replica loads and Ray Serve's own settings; the server's options
-    (``ServerOptions``, ``server/options.py``) are added to these as fields below."""
+    """The checks and helpers of ``RayServeArgs``, whose fields are made below from the
+    model each replica loads (``ModelOptions``, ``model/load_options.py``: the path on
+    every node, the device selected on the replica's node, its threads and KV cache),
+    Ray Serve's own settings (``RayOptions``) and the server's options (``ServerOptions``,
+    ``server/options.py``)."""
 
     model_config = ConfigDict(extra="forbid", protected_namespaces=())
-
-    model: str | None = None  # a GGUF path on every node (None: the bundled demo model)
-    device: str | None = None  # resolved on the replica's node
-    threads: int | None = Field(default=None, ge=1)  # CPU threads per replica
-    ctx_size: int | None = Field(default=None, ge=1)  # tokens of one sequence
-    kv_type: Literal["f16", "f32"] | None = None
-    kv_budget: int | None = Field(default=None, ge=1)  # KV-cache MiB of each replica
-    # Ray Serve: a fixed number of replicas, or autoscaling bounds
-    replicas: int | None = Field(default=None, ge=1)
-    min_replicas: int | None = Field(default=None, ge=0)
-    max_replicas: int | None = Field(default=None, ge=1)
-    target_ongoing_requests: float | None = Field(default=None, gt=0)
-    num_cpus: float | None = Field(default=None, ge=0)
-    num_gpus: float | None = Field(default=None, ge=0)
 
     def server_options(self) -> ServerOptions:
         """The replica's ``ServerOptions`` (``ConfigError`` for a bad one)."""
@@ -97,14 +85,33 @@ class _ReplicaArgs(BaseModel):
         return max(1, int(self.num_cpus)) if self.num_cpus else 1
 
 
-_HINTS = typing.get_type_hints(ServerOptions)
-#: the application's arguments: ``_ReplicaArgs`` plus every ``ServerOptions`` field
+def _fields(cls: type, fields: list[dataclasses.Field], bounds: bool) -> dict[str, Any]:
+    """pydantic fields of these dataclass fields of ``cls``; ``bounds``: each one's
+    ``minimum``/``above`` as its ``ge``/``gt`` (for a class that does not check its own)."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in fields:
+        ge, gt = (f.metadata["minimum"], f.metadata["above"]) if bounds else (None, None)
+        out[f.name] = (hints[f.name], Field(default=f.default, ge=ge, gt=gt))
+    return out
+
+
+#: the application's arguments: ``_ReplicaArgs`` plus the replica's ``ModelOptions``
+#: fields, every ``RayOptions`` field and every ``ServerOptions`` field
 RayServeArgs = create_model(
     "RayServeArgs",
     __base__=_ReplicaArgs,
     __doc__="The application's arguments; every field has ``bitnet serve``'s meaning.",
-    **{f.name: (_HINTS[f.name], f.default) for f in dataclasses.fields(ServerOptions)},
+    **_fields(ModelOptions, replica_fields(), bounds=True),
+    **_fields(RayOptions, list(dataclasses.fields(RayOptions)), bounds=True),
+    # ServerOptions.__post_init__ checks its ranges (server_options, in _check)
+    **_fields(ServerOptions, list(dataclasses.fields(ServerOptions)), bounds=False),
 )
+
+
+def model_options(args: RayServeArgs) -> ModelOptions:
+    """The ``ModelOptions`` each replica loads its model with."""
+    return ModelOptions(**{f.name: getattr(args, f.name) for f in replica_fields()})
 
 
 def parse_args(args: dict[str, Any] | RayServeArgs | None) -> RayServeArgs:

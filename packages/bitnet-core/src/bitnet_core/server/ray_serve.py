@@ -32,13 +32,14 @@ import ray  # noqa: E402
 from ray import serve  # noqa: E402
 from ray.serve import Application  # noqa: E402
 
-from ..model.load_options import apply_threads, kv_cache_config  # noqa: E402
+from ..model.load_options import apply_threads  # noqa: E402
 from .app import create_app  # noqa: E402
 from .ray_config import (  # noqa: E402
     APP_NAME,
     DEPLOYMENT_NAME,
     RayServeArgs,
     deployment_options,
+    model_options,
     parse_args,
 )
 
@@ -147,9 +148,14 @@ class BitnetServer:
         self.args = parse_args(args)
         threads = self.args.replica_threads()
         apply_threads(threads)  # before the provider loads its kernels
-        a = self.args
-        kv = kv_cache_config(a.ctx_size, a.kv_type, a.kv_budget)
-        model = load(a.model, device=a.device, kv_cache=kv, progress=False)
+        opts = model_options(self.args)
+        model = load(
+            opts.model,
+            device=opts.device,
+            quantize_activations=opts.act_quant,
+            kv_cache=opts.kv_cache(),
+            progress=False,
+        )
         set_threads = getattr(model.provider, "set_threads", None)
         if callable(set_threads):
             set_threads(threads)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...convert.types import CONVERT_TYPES
+from ..model_options import add_conversion_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -18,15 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("src", help="checkpoint directory")
     p.add_argument("out", help="GGUF file to write")
-    p.add_argument(
-        "--type",
-        dest="ternary_type",
-        choices=CONVERT_TYPES,
-        default="tq2_0",
-        help="format of the ternary layer weights (default: tq2_0)",
-    )
+    add_conversion_args(p, "format of the ternary layer weights")
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ...convert.types import CONVERT_TYPES
+from ..model_options import add_conversion_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,14 +17,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "once, into the cache. HF_TOKEN, HF_ENDPOINT and HF_HUB_OFFLINE apply.",
     )
     p.add_argument("model", help="ORG/NAME[@REV][:FILE] or hf://ORG/NAME[@REV]/FILE.gguf")
-    p.add_argument(
-        "--type",
-        dest="ternary_type",
-        choices=CONVERT_TYPES,
-        default="tq2_0",
-        help="ternary type when a checkpoint repo is converted (default: tq2_0)",
-    )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_conversion_args(p, "ternary type when a checkpoint repo is converted")
     p.set_defaults(func=run)
 
 

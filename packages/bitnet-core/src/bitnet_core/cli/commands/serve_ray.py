@@ -8,7 +8,9 @@ import sys
 from typing import Any
 
 from ...errors import ConfigError
-from ...server.options import ServerOptions, add_server_args
+from ...model.load_options import ModelOptions, replica_fields
+from ...option_fields import add_flags
+from ...server.options import RayOptions, ServerOptions, add_server_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,34 +18,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "serve-ray",
         help="the OpenAI-compatible server as a Ray Serve application (replicas, autoscaling)",
         description="Serve replicas of the model behind one HTTP endpoint with Ray Serve; "
-        "without --address a local Ray cluster is started here.",
+        "without --address a local Ray cluster is started here. Each replica loads the "
+        "model (the same path on every node) on a device selected on its own node, with "
+        "its own --threads and --kv-budget.",
     )
-    p.add_argument("--model", "-m", default=None, help="GGUF model, the same path on every node")
-    p.add_argument("--device", default=None, help="device of each replica, selected on its node")
-    p.add_argument("--threads", "-t", type=int, default=None, help="CPU threads per replica")
-    p.add_argument("--replicas", type=int, default=None, help="fixed number of replicas (1)")
-    p.add_argument("--min-replicas", type=int, default=None, help="autoscaling: lower bound")
-    p.add_argument("--max-replicas", type=int, default=None, help="autoscaling: upper bound")
-    p.add_argument(
-        "--target-ongoing-requests",
-        type=float,
-        default=None,
-        help="autoscaling: ongoing requests per replica to aim for (default: --max-active)",
-    )
-    p.add_argument("--num-cpus", type=float, default=None, help="CPUs per replica (--threads)")
-    p.add_argument(
-        "--num-gpus",
-        type=float,
-        default=None,
-        help="GPUs per replica (default: 1 for a GPU device request, else 0)",
-    )
+    add_flags(p, ModelOptions, replica_fields())  # what `bitnet serve` loads, in each replica
+    add_flags(p, RayOptions)  # server/options.py: replicas or autoscaling, CPUs and GPUs of each
     p.add_argument("--host", default="127.0.0.1", help="address of Ray's HTTP proxy")
     p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--ctx-size", "-c", type=int, default=None, help="context length (tokens)")
-    p.add_argument("--kv-type", choices=["f16", "f32"], default=None, help="KV cache element type")
-    p.add_argument(
-        "--kv-budget", type=int, default=None, metavar="MIB", help="KV cache MiB of each replica"
-    )
     p.add_argument(
         "--address", default=None, help="a running Ray cluster (default: start a local one)"
     )
@@ -57,22 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def app_args(args: argparse.Namespace) -> dict[str, Any]:
-    keys = (
-        "model",
-        "device",
-        "threads",
-        "ctx_size",
-        "kv_type",
-        "kv_budget",
-        *(f.name for f in dataclasses.fields(ServerOptions)),
-        "replicas",
-        "min_replicas",
-        "max_replicas",
-        "target_ongoing_requests",
-        "num_cpus",
-        "num_gpus",
+    """The application's arguments (``RayServeArgs``) the flags set."""
+    fields = (
+        *replica_fields(),
+        *dataclasses.fields(ServerOptions),
+        *dataclasses.fields(RayOptions),
     )
-    return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    return {f.name: getattr(args, f.name) for f in fields if getattr(args, f.name) is not None}
 
 
 def run(args: argparse.Namespace) -> int:
