@@ -135,7 +135,9 @@ def generate_steps(
         stats.prompt_s = time.perf_counter() - t0
         while True:
             chosen = pending.pop(0) if pending else None
-            out = step(logits, room=sess.length + 1 <= sess.max_len, token=chosen)
+            # the cache is ahead of ``chosen`` by the rows of the device tokens after it
+            held = sess.length - len(pending)
+            out = step(logits, room=held + 1 <= sess.max_len, token=chosen)
             if out.token is not None or out.piece:
                 yield out
             if out.finish:
