@@ -18,7 +18,7 @@ case "$module" in
   formats)    path=$src/formats;              tests="$t/test_formats_codecs.py $t/test_formats_quantize.py" ;;
   tokenizer)  path=$src/tokenizer;            tests="$t/test_tokenizer.py $t/test_tokenizer_hf.py $t/test_text_pieces.py" ;;
   sampling)   path=$src/model/sampling.py;    tests="$t/test_sampling.py" ;;
-  generation) path=$src/model/generation.py;  tests="$t/test_device_tokens.py $t/test_model_api.py $t/test_structured.py" ;;
+  generation) path=$src/model/generation.py;  tests="$t/test_device_tokens.py $t/test_generation_text.py $t/test_model_api.py $t/test_structured.py" ;;
   scheduler)  path=$src/server/scheduler.py;  tests="$t/test_scheduler.py" ;;
   *) echo "unknown module $module" >&2; exit 2 ;;
 esac
