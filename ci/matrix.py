@@ -156,6 +156,7 @@ def run_lane(lane: Lane) -> Result:
             return Result(lane.name, "no time", 0.0, "BITNET_CI_DEADLINE reached before it started")
         deadline = min(deadline, overall)
     env = dict(os.environ)
+    env.setdefault("BITNET_CACHE", "0")  # lanes probe devices for real (hal/probe_cache.py)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     env.update({k: str(v) for k, v in lane.env.items()})
     print(f"\n===== lane {lane.name}", flush=True)

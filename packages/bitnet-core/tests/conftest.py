@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# every probe is a real probe: no answers remembered from another process
+# (hal/probe_cache.py; tests/test_probe_cache.py turns it on where it is the subject)
+os.environ.setdefault("BITNET_CACHE", "0")
 
 from bitnet_core.hal import REGISTRY
 

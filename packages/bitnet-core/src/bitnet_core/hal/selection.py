@@ -30,6 +30,7 @@ import os
 from dataclasses import asdict, dataclass, field
 
 from ..errors import DeviceUnavailableError, StrictModeError, UnknownDeviceError
+from . import probe_cache
 from .extras import install_hint
 from .probe_child import ChildProbe
 from .provider import Availability
@@ -142,6 +143,16 @@ def _unprobed_gpus(records: list[ProviderRecord]) -> list[str]:
     ]
 
 
+def _recall(records: list[ProviderRecord]) -> None:
+    """Record the GPU providers an earlier process found unavailable (``probe_cache.py``)
+    as probed, so that no child asks them again."""
+    names = {r.name: r.distribution for r in records if r.name in _unprobed_gpus(records)}
+    remembered = probe_cache.recall(names)
+    for rec in records:
+        if rec.name in remembered:
+            rec.availability = remembered[rec.name]
+
+
 def prefetch(device: str | None = None) -> None:
     """Start an auto/gpu request's child GPU probe now; ``select`` reads it later.
 
@@ -150,7 +161,9 @@ def prefetch(device: str | None = None) -> None:
     request = BackendRequest.parse(device)
     key = _cache_key(request)
     if request.name in ("auto", "gpu") and key not in _CACHE and key not in _PENDING:
-        names = _unprobed_gpus(REGISTRY.records())
+        records = REGISTRY.records()
+        _recall(records)
+        names = _unprobed_gpus(records)
         if names:
             _PENDING[key] = ChildProbe(names)
 
@@ -163,6 +176,7 @@ def _probe_gpus_in_child(
     Those it finds unavailable are recorded as probed (never loaded here); the
     usable ones are returned, to be probed here only if chosen.
     """
+    _recall(records)
     names = _unprobed_gpus(records)
     if pending is not None and pending.names != names:
         pending.cancel()
@@ -172,6 +186,7 @@ def _probe_gpus_in_child(
     found = (pending or ChildProbe(names)).result()
     if found is None:
         return {}
+    probe_cache.remember(found, {r.name: r.distribution for r in records if r.name in found})
     for rec in records:
         if rec.name in found and not found[rec.name].available:
             rec.availability = found[rec.name]
