@@ -163,3 +163,73 @@ def test_generation_stops_at_the_end_of_the_context(model):
         assert sched.stats.requests_failed == 0 and sched.stats.decode_seconds_total > 0
     finally:
         sched.close()
+
+
+def test_prompts_go_shortest_remaining_first(model):
+    """A partly computed long prompt with less left than a fresh one goes first."""
+    sched = Scheduler(model, max_active=4, step_tokens=20)
+    try:
+
+        async def jobs():
+            from bitnet_core.server.scheduler import Job
+
+            loop = asyncio.get_running_loop()
+            return [Job(_prompt(model, n, n), _greedy(4), loop) for n in (30, 40)]
+
+        fresh, partial = asyncio.run(jobs())
+        partial.prefilled = 24  # 16 left, against the fresh one's 30
+        plan = sched._plan([fresh, partial])
+        assert [(j, len(ids)) for j, ids in plan] == [(partial, 16), (fresh, 4)]
+        assert plan[0][1] == partial.prompt_ids[24:]
+    finally:
+        sched.close()
+
+
+def test_default_step_budget_covers_every_active_stream(model):
+    for max_active, want in ((4, 128), (300, 301)):
+        sched = Scheduler(model, max_active=max_active)
+        try:
+            assert sched.step_tokens == want
+        finally:
+            sched.close()
+
+
+def test_the_queue_limit_counts_running_and_waiting_requests(model):
+    from bitnet_core.server.scheduler import QueueFullError
+
+    sched = Scheduler(model, max_active=1, max_queue=2, prefix_cache=False)
+
+    async def go():
+        running = sched.submit(_prompt(model, 3, 1), _greedy(150))
+        for _ in range(5000):  # until the worker took it
+            if sched.active == 1:
+                break
+            await asyncio.sleep(0.001)
+        with sched._cv:  # the worker waits: one running, then two waiting
+            assert sched.active == 1 and sched.queue_depth == 0
+            waiting = sched.submit(_prompt(model, 3, 2), _greedy(1))
+            with pytest.raises(QueueFullError):
+                sched.submit(_prompt(model, 3, 3), _greedy(1))
+            waiting.cancel()
+            running.cancel()
+        await asyncio.gather(_collect(running), _collect(waiting))
+
+    try:
+        asyncio.run(go())
+        assert (sched.stats.requests_total, sched.stats.requests_rejected) == (2, 1)
+    finally:
+        sched.close()
+
+
+def test_concurrent_requests_wait_for_a_shared_prompt(model):
+    """Two requests sharing 40 prompt tokens, sent together: the second waits for the
+    first's prefill and starts from its two cached blocks (32 tokens)."""
+    shared = _prompt(model, 40, 7)
+    reqs = [(shared + _prompt(model, 5, s), _greedy(3)) for s in (1, 2)]
+    sched = Scheduler(model, max_active=4, step_tokens=24)
+    try:
+        (first, first_text), (second, second_text) = _run(sched, reqs)
+        assert (first.stats.cached_tokens, second.stats.cached_tokens) == (0, 32)
+        assert first_text == _solo_text(model, first) and second_text == _solo_text(model, second)
+    finally:
+        sched.close()
