@@ -354,3 +354,26 @@ def test_reads_a_file_written_by_gguf_py_itself(tmp_path, tensors, qtype):
         np.testing.assert_array_equal(
             m.ternary(name).dense(), gguf.quants.dequantize(gguf.quants.quantize(q, qtype), qtype)
         )
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu-reference"])
+def test_scale_tensors_of_a_tq2_0_model_reach_the_logits(tmp_path, tensors, device):
+    """llama.cpp's optional ``.scale`` of a TQ2_0 weight multiplies it on every provider:
+    the native CPU one reads TQ2_0 bytes as they are (layout ``auto``), which hold the
+    block scales but not this factor. A model with the scales equals one whose weights
+    were written already multiplied (the same codes, scales times the factor)."""
+    from bitnet_core.model.api import load
+
+    t = dict(tensors)
+    factors = {"blk.0.attn_q": 2.0, "blk.1.ffn_down": 0.5}  # powers of two: exact either way
+    scaled = dict(tensors)
+    for base, f in factors.items():
+        t[base + ".scale"] = np.array([f], np.float32)
+        scaled[base + ".weight"] = tensors[base + ".weight"] * np.float32(f)
+    with_scales = load(write_gguf(tmp_path / "s.gguf", TINY, t), device=device, progress=False)
+    multiplied = load(write_gguf(tmp_path / "m.gguf", TINY, scaled), device=device, progress=False)
+    plain = load(write_gguf(tmp_path / "p.gguf", TINY, tensors), device=device, progress=False)
+    ids = [1, 5, 9, 14, 3]
+    want = multiplied.runner.logits(ids)
+    np.testing.assert_allclose(with_scales.runner.logits(ids), want, rtol=1e-5, atol=1e-5)
+    assert np.abs(plain.runner.logits(ids) - want).max() > 0.05

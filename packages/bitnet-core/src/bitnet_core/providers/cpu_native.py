@@ -257,7 +257,10 @@ class NativeCpuProvider(ReferenceProvider):
     def load_ternary(self, weight: TernaryWeight) -> Any:
         mod = self.native_module()
         layout = self.layout
-        if layout == "auto" and weight.format == "tq2_0":
+        # TQ2_0 bytes as they are hold the block scales, not llama.cpp's optional ``.scale``
+        # factor: a weight with one is repacked below, the factor applied
+        factor = getattr(weight.codec, "factor", None)
+        if layout == "auto" and weight.format == "tq2_0" and factor is None:
             extent = file_extent(np.asarray(weight.raw)) if mod.huge_page_weights() else None
             try:  # the file's bytes as they are, no repacking: read into huge pages (pread
                 # where they are in a file), or, where there are none, used in place
