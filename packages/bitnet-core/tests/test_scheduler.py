@@ -212,11 +212,13 @@ def test_the_queue_limit_counts_running_and_waiting_requests(model):
                 sched.submit(_prompt(model, 3, 3), _greedy(1))
             waiting.cancel()
             running.cancel()
-        await asyncio.gather(_collect(running), _collect(waiting))
+        # a request cancelled while it waits ends at once, not at a free slot
+        await asyncio.wait_for(asyncio.gather(_collect(running), _collect(waiting)), 20)
 
     try:
         asyncio.run(go())
         assert (sched.stats.requests_total, sched.stats.requests_rejected) == (2, 1)
+        assert sched.stats.requests_cancelled == 2
     finally:
         sched.close()
 
@@ -231,5 +233,23 @@ def test_concurrent_requests_wait_for_a_shared_prompt(model):
         (first, first_text), (second, second_text) = _run(sched, reqs)
         assert (first.stats.cached_tokens, second.stats.cached_tokens) == (0, 32)
         assert first_text == _solo_text(model, first) and second_text == _solo_text(model, second)
+    finally:
+        sched.close()
+
+
+def test_a_request_waiting_for_a_shared_prompt_holds_back_no_other(model):
+    """While one request waits for another's prompt blocks, a third that shares nothing
+    is planned in the first step all the same."""
+    shared = _prompt(model, 40, 8)
+    reqs = [
+        (shared + _prompt(model, 5, 1), _greedy(2)),
+        (shared + _prompt(model, 5, 2), _greedy(2)),  # waits for the first's prefill
+        (_prompt(model, 4, 3), _greedy(2)),  # shares nothing
+    ]
+    sched = Scheduler(model, max_active=4, step_tokens=24)
+    try:
+        (_, _), (follower, _), (other, other_text) = _run(sched, reqs)
+        assert follower.stats.cached_tokens == 32
+        assert other.first_token_step == 1 and other_text == _solo_text(model, other)
     finally:
         sched.close()
