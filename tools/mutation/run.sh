@@ -15,7 +15,7 @@ module=${1:?usage: tools/mutation/run.sh MODULE}
 src=packages/bitnet-core/src/bitnet_core
 t=packages/bitnet-core/tests
 case "$module" in
-  formats)    path=$src/formats;              tests="$t/test_formats_codecs.py $t/test_formats_quantize.py" ;;
+  formats)    path=$src/formats;              tests="$t/test_formats_codecs.py $t/test_formats_quantize.py $t/test_native_unpack.py" ;;
   tokenizer)  path=$src/tokenizer;            tests="$t/test_tokenizer.py $t/test_tokenizer_hf.py $t/test_text_pieces.py" ;;
   sampling)   path=$src/model/sampling.py;    tests="$t/test_sampling.py" ;;
   generation) path=$src/model/generation.py;  tests="$t/test_device_tokens.py $t/test_generation_text.py $t/test_model_api.py $t/test_structured.py" ;;

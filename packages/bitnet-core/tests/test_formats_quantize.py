@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,8 @@ def test_quantized_sizes():
     assert quantize(x, "i2s").data.size == 4 * 3 + 16  # 2 bits/weight + f32 scales
     assert quantize(x, "tl1").data.size == 4 * 3 + 16
     assert quantize(x, "tl2").data.size == 4 * (2 + 1) + 16  # 4 triples: 2 nibble + 1 sign byte
+    with pytest.raises(dataclasses.FrozenInstanceError):  # a result is not changed in place
+        quantize(x, "i2s").qtype = "tl1"
 
 
 def test_quantize_rejects_bad_input():
@@ -77,7 +81,7 @@ def test_ternarize_keeps_exact_scale_of_ternary_weights():
 
 def test_activation_quantization_is_the_reference_one():
     assert quantize_activations is quantize_act_ref
-    x = np.array([[0.5, -1.0, 0.25]], np.float32)
+    x = np.array([[0.5, -1.0, 0.25], [0.5, -2.0, 0.25], [0.0, 0.0, 0.0]], np.float32)
     xq, s = quantize_activations(x)
-    np.testing.assert_array_equal(xq, [[64, -127, 32]])
-    assert s[0] == pytest.approx(127.0)
+    np.testing.assert_array_equal(xq, [[64, -127, 32], [32, -127, 16], [0, 0, 0]])
+    np.testing.assert_allclose(s, [127.0, 63.5, 127.0 / 1e-5], rtol=1e-6)  # 127 / absmax
