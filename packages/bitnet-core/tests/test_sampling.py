@@ -239,3 +239,11 @@ def test_probabilities_and_draws_equal_sorting_everything(
     ours, reference = Sampler(params), np.random.default_rng(seed)
     for _ in range(5):
         assert ours.sample(logits) == int(reference.choice(n, p=want))
+
+
+def test_flush_cuts_at_a_stop_string_held_behind_an_unfinished_one():
+    """A complete stop string held back because a longer one might still begin earlier:
+    when generation ends there, the text stops before the complete one."""
+    m = StopMatcher(["abcd", "c"])
+    assert m.feed("abc") == ""  # "abcd" may still come: nothing is safe yet
+    assert m.flush() == "ab" and m.stopped
