@@ -315,3 +315,54 @@ def test_chat_ids_follow_the_templates_trim():
     t = Tokenizer.from_metadata(llama3_metadata())
     padded = t.chat_ids([{"role": "user", "content": "  Hello \n"}])
     assert padded == t.chat_ids([{"role": "user", "content": "Hello"}])
+
+
+def _bpe(tokens: list[str], merges: list[str], **extra) -> dict:
+    return {
+        "tokenizer.ggml.model": "gpt2",
+        "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.token_type": [1] * len(tokens),
+        "tokenizer.ggml.merges": merges,
+        **extra,
+    }
+
+
+def test_a_merge_of_texts_that_are_not_tokens_is_refused():
+    """Each half of a merge and the merge itself must be tokens; one half missing is
+    enough (the message says which rule, not the BPE library's)."""
+    for merges in (["x b"], ["a x"], ["a c"]):  # "x" and "ac" are not tokens
+        with pytest.raises(TokenizerError, match="uses a text that is not a token"):
+            Tokenizer.from_metadata(_bpe(["a", "b", "ab", "c", "xb", "ax"], merges))
+
+
+def test_a_merge_splits_at_the_first_space_after_its_first_character():
+    """As llama.cpp: a merge whose left half is a space reads ``' ' + 'a'``."""
+    from bitnet_core.tokenizer.metadata import VocabSpec
+
+    spec = VocabSpec.from_metadata(_bpe(["a", " ", " a"], ["  a"]))
+    assert spec.merges == [(" ", "a")]
+
+
+def test_only_end_of_turn_texts_end_generation():
+    """A control token ends generation when its text is an end-of-turn one
+    (``<|im_end|>``), not because it is a control token (``<|im_start|>``)."""
+    meta = _bpe(["a", "b", "ab", "<|im_start|>", "<|im_end|>"], ["a b"])
+    meta["tokenizer.ggml.token_type"] = [1, 1, 1, 3, 3]  # the last two: control
+    meta["tokenizer.ggml.eos_token_id"] = 2
+    assert Tokenizer.from_metadata(meta).eog_ids == {2, 4}
+
+
+def test_out_of_range_special_ids_are_ignored_as_llama_cpp_does():
+    from bitnet_core.tokenizer.metadata import VocabSpec
+
+    for bad in (-1, 5):
+        spec = VocabSpec.from_metadata(_bpe(["a", "b", "ab", "c", "d"], ["a b"], **{
+            "tokenizer.ggml.bos_token_id": bad, "tokenizer.ggml.unknown_token_id": bad,
+        }))  # fmt: skip
+        assert spec.unk_id is None  # gpt2 has no default unknown token
+
+
+def test_scores_must_be_a_flat_numeric_array():
+    meta = _bpe(["a", "b", "ab"], ["a b"], **{"tokenizer.ggml.scores": [[0.0], [0.0], [0.0]]})
+    with pytest.raises(TokenizerError, match="numeric array"):
+        Tokenizer.from_metadata(meta)

@@ -224,3 +224,31 @@ def test_llama_style_tokenizer_json(tmp_path):
     )
     for text in TEST_STRINGS:
         assert ref.tokenize(text.encode(), add_bos=True) == ours.encode(text), text
+
+
+@pytest.mark.parametrize(
+    ("normalizer", "pre", "prefix"),
+    [
+        ("prepend", None, True),
+        ("replace", None, False),  # no Prepend: no space before the text
+        ("replace", "always", True),
+        ("replace", "first", True),
+        ("replace", "never", False),
+    ],
+)
+def test_space_prefix_read_from_normalizer_and_metaspace(tmp_path, normalizer, pre, prefix):
+    """``add_space_prefix`` is set by a ``Prepend`` normalizer or a ``Metaspace``
+    pre-tokenizer whose ``prepend_scheme`` is not ``never``, and only by them."""
+    from tokenizers import normalizers
+
+    hf = _hf_llama_style()
+    steps = [normalizers.Replace(" ", "▁")]
+    if normalizer == "prepend":
+        steps.insert(0, normalizers.Prepend("▁"))
+    hf.normalizer = normalizers.Sequence(steps)
+    if pre is not None:
+        hf.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme=pre)
+    hf.save(str(tmp_path / "tokenizer.json"))
+    # the flag as read (a Metaspace splitting on "▁" too is not reproduced exactly: not checked)
+    meta = tokenizer_metadata_from_hf(tmp_path, verify=False)
+    assert meta["tokenizer.ggml.add_space_prefix"] is prefix
