@@ -26,7 +26,6 @@ import os
 import threading
 from typing import Any
 
-
 #: seconds after the runner is built before the collapse starts: a short run (one
 #: prompt, a few tokens) ends first and never pays for it
 DELAY_S = 2.0
