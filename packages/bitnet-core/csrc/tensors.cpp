@@ -90,13 +90,17 @@ float tq2_row_scale(const uint8_t *row, int64_t nblocks, int &err) {
     float scale = 0.0f;
     for (int64_t blk = 0; blk < nblocks; ++blk) {
         const uint8_t *b = row + blk * kTQ2BlockBytes;
-        bool live = false;
-        for (int j = 0; j < 64; ++j) {
-            uint8_t q = b[j];
-            // a 2-bit field of 3 is not ternary; 1 is a zero weight
-            if (((q & 0x55) & ((q >> 1) & 0x55)) != 0) err = 1;
-            if (q != 0x55) live = true;
+        // eight bytes at a time: a 2-bit field of 3 is not ternary; 1 is a zero weight
+        constexpr uint64_t kLow = 0x5555555555555555ull;
+        uint64_t three = 0, nonzero = 0;
+        for (int j = 0; j < 64; j += 8) {
+            uint64_t w;
+            std::memcpy(&w, b + j, sizeof w);
+            three |= w & (w >> 1) & kLow;
+            nonzero |= w ^ kLow;
         }
+        if (three) err = 1;
+        const bool live = nonzero != 0;
         const float d = half_bits_to_float(static_cast<uint16_t>(b[64] | (b[65] << 8)));
         if (d == 0.0f) {
             if (live) err = 2;
