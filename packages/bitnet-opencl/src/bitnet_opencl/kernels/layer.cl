@@ -50,14 +50,12 @@ inline int row_dot_local(global const uint4* wr, local const char* x, const int 
              dot16_i2(vload16(2, xb), w.s2) + dot16_i2(vload16(3, xb), w.s3);
     }
   }
-  if (lanes > 1) {
-    const int lid = get_local_id(0);
-    barrier(CLK_LOCAL_MEM_FENCE); /* partial's previous use is over */
-    partial[lid] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (lane == 0)
-      for (int i = 1; i < lanes; ++i) acc += partial[lid + i];
-  }
+  const int lid = get_local_id(0);
+  barrier(CLK_LOCAL_MEM_FENCE); /* partial's previous use is over */
+  partial[lid] = acc;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  if (lane == 0)
+    for (int i = 1; i < lanes; ++i) acc += partial[lid + i];
   return acc;
 }
 
