@@ -1,12 +1,22 @@
-"""The OpenCL backend: a decode step in ten fused kernels a layer, recorded once and replayed.
+"""The OpenCL backend: a decode step in four fused kernels a layer, recorded once and replayed.
 
 The generic engine (``bitnet_core.sdk.runner.GenericRunner``) drives a decode step
 op by op from Python: ~25 provider calls a layer, each allocating and setting
 kernel arguments. ``OpenCLRunner`` keeps the generic engine's weights upload,
 KV cache, locking, prefill and batched steps, and replaces the forward pass of
-one token with the fused kernels of ``kernels/fused.cl``::
+one token with the kernels of ``kernels/layer.cl`` (q|k|v and gate|up weights
+stacked at load), each work-group normalising its input vector itself::
 
-    rmsnorm_quant(x)             -> q|k|v in one ternary GEMV (weights fused at load)
+    qkv_attend       norm + int8 of x, one query head's q and its kv head's k, v rows,
+                     rope, K/V store, the attention's splits and their merge -> att
+    norm_gemv_add    attn_sub_norm + int8 of att, o rows, x += o
+    norm_gemv_act    ffn_norm + int8 of x, gate|up rows, f = act(gate) * up
+    norm_gemv_add    ffn_sub_norm + int8 of f, down rows, x += down
+
+bit for bit the ten launches of ``kernels/fused.cl`` that batched steps run
+(``BITNET_OPENCL_LAYER=0`` gives one token those too)::
+
+    rmsnorm_quant(x)             -> q|k|v in one ternary GEMV
     rope_store                   -> q rotated; k rotated and v written into the cache
     attn_split + attn_merge_norm_quant   (flash-decoding, attn_sub_norm, int8)
     gemv_i2s_add                 -> x += o(...)            (the residual in the epilogue)
