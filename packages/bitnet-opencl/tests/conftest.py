@@ -22,6 +22,19 @@ def ocl() -> OpenCLProvider:
 
 
 @pytest.fixture(scope="session")
+def ocl_no_fp64(ocl) -> OpenCLProvider:
+    """A second provider on the same device built without float64 (as on Intel Arc)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BITNET_OPENCL_DISABLE", "fp64,correctly_rounded_div")
+    p = OpenCLProvider(device=ocl.device_info.address)
+    p.probe(explicit=True)
+    p.synchronize()
+    mp.undo()
+    assert not p.runtime.features.fp64
+    return p
+
+
+@pytest.fixture(scope="session")
 def ref() -> ReferenceProvider:
     return ReferenceProvider()
 

@@ -15,3 +15,11 @@ def ternary(rng: np.random.Generator, rows: int, cols: int) -> TernaryWeight:
 
 def acts(rng: np.random.Generator, *shape: int, scale: float = 3.0) -> np.ndarray:
     return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def run_kernel(ocl, name: str, gsize, lsize, *args) -> None:
+    """Launch ``name``; numpy arguments are uploaded (and kept alive until it ran)."""
+    rt = ocl.runtime
+    held = [ocl.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
+    rt.kernel(name)(rt.queue, gsize, lsize, *(getattr(a, "buffer", a) for a in held))
+    rt.finish()

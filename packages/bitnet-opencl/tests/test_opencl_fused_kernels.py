@@ -8,20 +8,13 @@ import math
 import numpy as np
 import pytest
 from ocl_helpers import acts, ternary
+from ocl_helpers import run_kernel as _run
 
 from bitnet_core.testing.batching import assert_row_as_alone
 from bitnet_opencl.runner import fuse_weights
 
 EPS = 1e-5
 WG = 64
-
-
-def _run(ocl, name, gsize, lsize, *args):
-    """Launch ``name``; numpy arguments are uploaded (and kept alive until it ran)."""
-    rt = ocl.runtime
-    held = [ocl.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
-    rt.kernel(name)(rt.queue, gsize, lsize, *(getattr(a, "buffer", a) for a in held))
-    rt.finish()
 
 
 def _acc(ocl) -> int:

@@ -85,19 +85,6 @@ def test_resident_weight_bytes(ocl, rng):
     assert w.nbytes == 10 * 2560 // 4 + 10 * 4  # 2 bits a weight plus the scales
 
 
-@pytest.fixture(scope="module")
-def ocl_no_fp64(ocl):
-    """A second provider on the same device built without float64 (as on Intel Arc)."""
-    mp = pytest.MonkeyPatch()
-    mp.setenv("BITNET_OPENCL_DISABLE", "fp64,correctly_rounded_div")
-    p = OpenCLProvider(device=ocl.device_info.address)
-    p.probe(explicit=True)
-    p.synchronize()
-    mp.undo()
-    assert not p.runtime.features.fp64
-    return p
-
-
 def test_float32_build_quantize_act(ocl_no_fp64, ref, rng):
     x = acts(rng, 9, 517)
     xq, xs = ocl_no_fp64.quantize_act(ocl_no_fp64.to_device(x))

@@ -59,8 +59,8 @@ def test_greedy_tokens_equal_the_cpu_across_capacity_crossings(
     backend = model.runner
     assert isinstance(backend, OpenCLRunner) and backend.fused
     trace = model.provider.trace
-    rope_store = "rope_store_f16" if kv == "float16" else "rope_store"
-    recorded = trace.kernels[rope_store]
+    attend = "qkv_attend_f16" if kv == "float16" else "qkv_attend"
+    recorded = trace.kernels[attend]
     got, got_logits = _greedy(backend, [4, 8, 15, 16, 23], 40)
     want, want_logits = _greedy(cpu.runner, [4, 8, 15, 16, 23], 40)
     assert got == want
@@ -68,12 +68,18 @@ def test_greedy_tokens_equal_the_cpu_across_capacity_crossings(
         assert_logits_close(g, w)
     # one recording per capacity the decode steps ran at: 16, 32, 64 tokens
     layers = weights.config.num_layers
-    assert trace.kernels[rope_store] - recorded == 3 * layers
+    assert trace.kernels[attend] - recorded == 3 * layers
     # each crossing released the layout before (its kernel objects serve the next)
     assert len(backend._recordings) == 1
 
 
-def test_a_decode_step_is_three_submissions_with_a_command_buffer(weights, mode):
+@pytest.mark.parametrize("layer,per_layer", [("1", 4), ("0", 10)])
+def test_a_decode_step_is_three_submissions_with_a_command_buffer(
+    weights, mode, layer, per_layer, monkeypatch
+):
+    """One token's layer: four launches (layer.cl), or fused.cl's ten with
+    BITNET_OPENCL_LAYER=0 (the batched steps' kernels; the same logits bit for bit)."""
+    monkeypatch.setenv("BITNET_OPENCL_LAYER", layer)
     model = _opencl(weights)
     backend, trace = model.runner, model.provider.trace
     with backend.new_cache() as seq:
@@ -84,7 +90,7 @@ def test_a_decode_step_is_three_submissions_with_a_command_buffer(weights, mode)
         per_step = trace.submissions - before
     (rec,) = backend._recordings.values()
     layers = weights.config.num_layers
-    assert len(rec.launches) == 10 * layers + 3  # embed, 10 a layer, norm, head
+    assert len(rec.launches) == per_layer * layers + 3  # embed, the layers, norm, head
     if mode == "command-buffer":
         assert rec.command_buffer is not None
         assert per_step == 3  # token write, replay, logits read
@@ -122,3 +128,16 @@ def test_fused_switch_off_keeps_the_generic_engine(weights, monkeypatch):
     monkeypatch.setenv("BITNET_OPENCL_FUSED", "0")
     backend = _opencl(weights).runner
     assert type(backend) is GenericRunner
+
+
+@pytest.mark.parametrize("kv", ["float32", "float16"])
+def test_the_four_launch_layer_equals_the_ten_bit_for_bit(weights, kv, monkeypatch):
+    """Every step's logits through layer.cl equal fused.cl's chain bit for bit (7 keys a
+    split: 1 to 4 splits, some empty, across the cache's growth)."""
+    monkeypatch.setattr(runner_module, "KEYS_PER_SPLIT", 7)
+    runs = []
+    for layer in ("1", "0"):
+        monkeypatch.setenv("BITNET_OPENCL_LAYER", layer)
+        _, logits = _greedy(_opencl(weights, dtype=kv).runner, [4, 8, 15, 16, 23], 30)
+        runs.append(np.stack(logits))
+    np.testing.assert_array_equal(runs[0], runs[1])

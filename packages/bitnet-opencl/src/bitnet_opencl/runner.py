@@ -1,12 +1,22 @@
-"""The OpenCL backend: a decode step in ten fused kernels a layer, recorded once and replayed.
+"""The OpenCL backend: a decode step in four fused kernels a layer, recorded once and replayed.
 
 The generic engine (``bitnet_core.sdk.runner.GenericRunner``) drives a decode step
 op by op from Python: ~25 provider calls a layer, each allocating and setting
 kernel arguments. ``OpenCLRunner`` keeps the generic engine's weights upload,
 KV cache, locking, prefill and batched steps, and replaces the forward pass of
-one token with the fused kernels of ``kernels/fused.cl``::
+one token with the kernels of ``kernels/layer.cl`` (q|k|v and gate|up weights
+stacked at load), each work-group normalising its input vector itself::
 
-    rmsnorm_quant(x)             -> q|k|v in one ternary GEMV (weights fused at load)
+    qkv_attend       norm + int8 of x, one query head's q and its kv head's k, v rows,
+                     rope, K/V store, the attention's splits and their merge -> att
+    norm_gemv_add    attn_sub_norm + int8 of att, o rows, x += o
+    norm_gemv_act    ffn_norm + int8 of x, gate|up rows, f = act(gate) * up
+    norm_gemv_add    ffn_sub_norm + int8 of f, down rows, x += down
+
+bit for bit the ten launches of ``kernels/fused.cl`` that batched steps run
+(``BITNET_OPENCL_LAYER=0`` gives one token those too)::
+
+    rmsnorm_quant(x)             -> q|k|v in one ternary GEMV
     rope_store                   -> q rotated; k rotated and v written into the cache
     attn_split + attn_merge_norm_quant   (flash-decoding, attn_sub_norm, int8)
     gemv_i2s_add                 -> x += o(...)            (the residual in the epilogue)
@@ -40,11 +50,13 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from bitnet_core.errors import ProviderError
+from bitnet_core.hal.switches import env_enabled
 from bitnet_core.sdk.fused import decode_together, fused_layers
 from bitnet_core.sdk.kv_cache import Sequence
 from bitnet_core.sdk.runner import GenericRunner
@@ -59,6 +71,7 @@ from .replay import (
     StepRecording,
     command_buffers_wanted,
 )
+from .runtime.context import pow2_floor
 from .weights import OpenCLWeight
 
 WG = 64  # work-group size of the reducing kernels (the provider's)
@@ -67,7 +80,23 @@ MAX_SPLITS = 64
 DENSE_TOKENS = 4  # DENSE_TB in dense.cl: tokens a work-group of the head
 MAX_RECORDINGS = 8  # recorded steps kept (least recently used dropped)
 
+ENV_LAYER = "BITNET_OPENCL_LAYER"  # 0: one token's layer in fused.cl's ten launches
+
 _i32, _f32 = np.int32, np.float32
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """The sizes of one token's four-launch layer (``kernels/layer.cl``): the cache's
+    kernel suffix, the group sizes its sums are made as (``vls``: the input ``x``,
+    ``att``, ``f``, the attention's ``keys``), each kernel's ``(lanes, group size)``,
+    and the attention's splits of ``span`` keys."""
+
+    f16: str
+    vls: dict[str, int]
+    groups: dict[str, tuple[int, int]]
+    splits: int
+    span: int
 
 
 def split_count(capacity: int) -> int:
@@ -266,6 +295,90 @@ class OpenCLRunner(GenericRunner):
         for ln in rec.launches:
             self._spare_kernels.setdefault(ln.name, []).append(ln.kernel)
 
+    # --- one token's layer in four launches (kernels/layer.cl) ------------------------------
+    def _layer_plan(self, cache: Sequence, splits: int, span: int) -> LayerPlan | None:
+        """The sizes of ``layer.cl``'s launches for one token over ``cache``, or None where
+        ``BITNET_OPENCL_LAYER=0`` or a kernel's group limit is below what its sums need
+        (then the ten launches of ``fused.cl``)."""
+        if not env_enabled(ENV_LAYER):
+            return None
+        cfg, rt = self.config, self.rt
+        hq, d, f, hidden = cfg.num_heads, cfg.head_dim, cfg.intermediate_size, cfg.hidden_size
+        group = lambda name, k: rt.reduce_group(name, WG, k)  # noqa: E731 (the fused.cl sizes)
+        f16 = "_f16" if cache.k[0].dtype == np.float16 else ""
+        vls = {
+            "x": group("rmsnorm_quant", hidden),
+            "att": group("attn_merge_norm_quant", hq * d),
+            "f": group("act_norm_quant", f),
+            "keys": group("attn_split", span),
+        }
+        plans = {}
+        for name, units, need in (
+            ("qkv_attend" + f16, max(1, hidden // 64), max(vls["x"], vls["keys"])),
+            ("norm_gemv_add", max(1, max(hq * d, f) // 64), max(vls["att"], vls["f"])),
+            ("norm_gemv_act", max(1, hidden // 64), vls["x"]),
+        ):
+            lanes, wg = rt.row_plan(name, units)
+            if lanes & (lanes - 1):  # the row exchange in a power-of-two group
+                lanes = 1
+            wg = max(pow2_floor(wg), lanes, need)
+            if wg > min(rt.kernel_max_work_group(name), rt.max_work_group):
+                return None
+            plans[name.removesuffix(f16)] = (lanes, wg)
+        return LayerPlan(f16, vls, plans, splits, span)
+
+    def _layer_launches(
+        self, plan: LayerPlan, lw: Any, kv: tuple[Any, Any], cs: CLArray, b: StepBuffers
+    ) -> list[tuple]:
+        """``(name, args, gsize, lsize)`` of one layer of one token: ``qkv_attend``,
+        ``norm_gemv_add`` (o), ``norm_gemv_act`` (gate|up), ``norm_gemv_add`` (down)."""
+        cfg, p = self.config, self._provider
+        hq, hkv, d, f = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size
+        eps, acc = _f32(cfg.rms_norm_eps), 8 if self.rt.features.fp64 else 4
+        kc, vc = kv
+
+        def buf(a: Any) -> Any:
+            return a.buffer if isinstance(a, CLArray) else a
+
+        def norm_gemv(name: str, x: CLArray, nw: Any, vls: int, w: OpenCLWeight, y: CLArray,
+                      rows: int, *extra: Any) -> tuple:  # fmt: skip
+            lanes, wg = plan.groups[name]
+            args = (
+                buf(x), buf(nw), _i32(vls), eps, w.packed, _i32(w.blocks_per_row), w.scales,
+                buf(y), _i32(rows), _i32(w.cols), _i32(lanes), *extra,
+                p._local(w.blocks_per_row * 64), p._local(wg * acc), p._local(wg * 4),
+            )  # fmt: skip
+            return (name, args, (-(-rows // (wg // lanes)) * wg,), (wg,))
+
+        lanes, wg = plan.groups["qkv_attend"]
+        qkv, ct = lw.qkv, 2 if plan.f16 else 4
+        attend = (
+            "qkv_attend" + plan.f16,
+            (
+                b.x.buffer, buf(lw.attn_norm), _i32(plan.vls["x"]), eps, qkv.packed,
+                _i32(qkv.blocks_per_row), qkv.scales, _i32(qkv.cols), _i32(lanes), cs.buffer,
+                b.meta.buffer, _i32(1), buf(kc), buf(vc), _i32(hq), _i32(hkv), _i32(d),
+                _i32(cfg.rot_dim), _i32(1 if cfg.rope_style == "neox" else 0),
+                _f32(1.0 / math.sqrt(d)), _i32(plan.span), _i32(plan.splits),
+                _i32(plan.vls["keys"]), b.po.buffer, b.pml.buffer, b.att.buffer,
+                p._local(qkv.blocks_per_row * 64), p._local(wg * acc), p._local(wg * 4),
+                p._local(4 * d * 4), p._local(d * 4), p._local(wg * 4), p._local(d * ct),
+                p._local(d * ct),
+            ),
+            (wg * hq,),
+            (wg,),
+        )  # fmt: skip
+        relu2 = _i32(0 if cfg.ffn_activation == "silu" else 1)
+        return [
+            attend,
+            norm_gemv("norm_gemv_add", b.att, lw.attn_sub_norm, plan.vls["att"], lw.o, b.x,
+                      cfg.hidden_size),
+            norm_gemv("norm_gemv_act", b.x, lw.ffn_norm, plan.vls["x"], lw.gate_up, b.f, f,
+                      relu2),
+            norm_gemv("norm_gemv_add", b.f, lw.ffn_sub_norm, plan.vls["f"], lw.down, b.x,
+                      cfg.hidden_size),
+        ]  # fmt: skip
+
     # --- the launches of one decode step ---------------------------------------------------
     def _build_step(
         self, caches: list[Sequence], cs: CLArray, b: StepBuffers
@@ -310,7 +423,11 @@ class OpenCLRunner(GenericRunner):
         neox = _i32(1 if cfg.rope_style == "neox" else 0)
         merge_lsz = norm_group("attn_merge_norm_quant", hq * d)
         f16 = "_f16" if caches[0].k[0].dtype == np.float16 else ""  # one runner, one dtype
+        layer_plan = self._layer_plan(caches[0], splits[0], spans[0]) if n == 1 else None
         for i, lw in enumerate(self.layers):
+            if layer_plan is not None:  # one token: four launches a layer
+                launches.extend(self._layer_launches(layer_plan, lw, caches[0].layer(i), cs, b))
+                continue
             norm_quant(b.x, lw.attn_norm, b.xq, b.xs)
             gemv(lw.qkv, b.xq, b.xs, b.qkv, add=False)
             for j, cache in enumerate(caches):

@@ -33,6 +33,7 @@ KERNEL_FILES = (
     "ternary.cl",
     "dense.cl",
     "fused.cl",
+    "layer.cl",
 )
 PREAMBLE = "common.clh"
 
