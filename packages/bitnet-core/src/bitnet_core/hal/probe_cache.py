@@ -71,13 +71,13 @@ def _listing(folder: str) -> list:
         return []
 
 
-def fingerprint(name: str, distribution: str) -> str:
-    """What the probe of provider ``name`` depends on, hashed."""
+def machine_state() -> dict:
+    """What every provider's probe depends on: bitnet-core, the interpreter, the
+    variables, the device nodes and ICD folders, the boot."""
     boot = ""
     with contextlib.suppress(OSError):
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    state = {
-        "provider": [name, distribution, _version(distribution)],
+    return {
         "core": _version("bitnet-core"),
         "python": [sys.executable, sys.version],
         "env": sorted(
@@ -88,6 +88,13 @@ def fingerprint(name: str, distribution: str) -> str:
         "drivers": {p: _listing(p) for p in DRIVER_PATHS},
         "boot": boot,
     }
+
+
+def fingerprint(name: str, distribution: str, machine: dict | None = None) -> str:
+    """What the probe of provider ``name`` depends on, hashed (``machine``: the
+    ``machine_state()`` of this call, read once for every provider)."""
+    state = dict(machine if machine is not None else machine_state())
+    state["provider"] = [name, distribution, _version(distribution)]
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
 
 
@@ -105,11 +112,15 @@ def recall(names: dict[str, str]) -> dict[str, Availability]:
     if not enabled() or not names:
         return {}
     data, now, out = _read(), time.time(), {}
+    machine: dict | None = None  # read once, and only if some entry is fresh
     for name, dist in names.items():
         entry = data.get(name)
         try:
-            fresh = 0.0 <= now - float(entry["at"]) <= MAX_AGE_S
-            if fresh and entry["fingerprint"] == fingerprint(name, dist):
+            if not 0.0 <= now - float(entry["at"]) <= MAX_AGE_S:
+                continue
+            if machine is None:
+                machine = machine_state()
+            if entry["fingerprint"] == fingerprint(name, dist, machine):
                 out[name] = Availability.no(f"{entry['reason']} ({REMEMBERED})")
         except (TypeError, KeyError, ValueError):
             continue
@@ -125,10 +136,14 @@ def remember(found: dict[str, Availability], names: dict[str, str]) -> None:
     }
     if not enabled() or not unavailable:
         return
-    data, now = _read(), time.time()
+    data, now, machine = _read(), time.time(), machine_state()
     for name, avail in unavailable.items():
         reason = avail.reason.removesuffix(f" ({REMEMBERED})")
-        data[name] = {"at": now, "fingerprint": fingerprint(name, names[name]), "reason": reason}
+        data[name] = {
+            "at": now,
+            "fingerprint": fingerprint(name, names[name], machine),
+            "reason": reason,
+        }
     target = path()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)

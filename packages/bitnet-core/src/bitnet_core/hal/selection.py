@@ -146,7 +146,8 @@ def _unprobed_gpus(records: list[ProviderRecord]) -> list[str]:
 def _recall(records: list[ProviderRecord]) -> None:
     """Record the GPU providers an earlier process found unavailable (``probe_cache.py``)
     as probed, so that no child asks them again."""
-    names = {r.name: r.distribution for r in records if r.name in _unprobed_gpus(records)}
+    unprobed = set(_unprobed_gpus(records))
+    names = {r.name: r.distribution for r in records if r.name in unprobed}
     remembered = probe_cache.recall(names)
     for rec in records:
         if rec.name in remembered:
