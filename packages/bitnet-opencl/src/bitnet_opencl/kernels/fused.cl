@@ -32,8 +32,6 @@ kernel void act_norm_quant(global const float* restrict gu, global float* restri
  * rotated and v heads copied into row meta[pos_at] of the caches [S, Hkv, D]
  * (float32, or float16 rounded to nearest even: the _f16 kernel).
  * cs: the (cos, sin) table of positions 0.. (rot/2 pairs a row). */
-#define STORE_F32(v, i, p) ((p)[i] = (v))
-#define STORE_F16(v, i, p) vstore_half_rte((v), (i), (p))
 #define DEFINE_ROPE_STORE(NAME, CT, STORE)                                                  \
   kernel void NAME(global const float* restrict qkv, global const float2* restrict cs,      \
                    global const int* restrict meta, const int pos_at, const int tok,        \
