@@ -300,8 +300,25 @@ void Compute::attention(const AttentionArgs &a) const {
 // share one job: its items are every token's chunks, so the pool is handed
 // work once per layer, not once per sequence; each token's numbers are those
 // it gets alone.
-void Compute::attention_decode_many(const AttentionArgs *a, int64_t n) const {
+void Compute::attention_decode_many(const AttentionArgs *args, int64_t n) const {
     if (n < 1) return;
+    // a token of a sliding-window layer attends over the window's rows: the same
+    // attention over a cache that starts at the window's first row
+    std::vector<AttentionArgs> windowed;
+    const AttentionArgs *a = args;
+    for (int64_t i = 0; i < n && a == args; ++i)
+        if (args[i].window > 0 && args[i].start + 1 > args[i].window) {
+            windowed.assign(args, args + n);
+            a = windowed.data();
+        }
+    for (AttentionArgs &w : windowed) {
+        const int64_t lo = w.window > 0 ? std::max<int64_t>(0, w.start + 1 - w.window) : 0;
+        const size_t bytes = static_cast<size_t>(lo * w.Hkv * w.D) * (w.kv_f16 ? 2 : 4);
+        w.k = static_cast<const char *>(w.k) + bytes;
+        w.v = static_cast<const char *>(w.v) + bytes;
+        w.start -= lo;
+        w.window = 0;
+    }
     std::vector<int64_t> first(static_cast<size_t>(n + 1), 0), part_at(static_cast<size_t>(n + 1), 0);
     for (int64_t i = 0; i < n; ++i) {
         const int64_t chunks = (a[i].start + 1 + kAttnChunk - 1) / kAttnChunk;
@@ -348,7 +365,20 @@ void Compute::attention_decode_many(const AttentionArgs *a, int64_t n) const {
     }
 }
 
-void Compute::gated(bool silu, const float *g, const float *u, float *out, int64_t rows, int64_t K) const {
+namespace {
+
+// gelu_tanh(g) * u in float64, as hal/extra_ops.py's gelu_mul_ref (the reference)
+void gelu_mul_rows(const float *g, const float *u, float *out, int64_t i0, int64_t i1) {
+    const double c = std::sqrt(2.0 / M_PI);
+    for (int64_t i = i0; i < i1; ++i) {
+        const double x = g[i];
+        out[i] = static_cast<float>(0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * (x * x * x)))) * u[i]);
+    }
+}
+
+}  // namespace
+
+void Compute::gated(Activation act, const float *g, const float *u, float *out, int64_t rows, int64_t K) const {
     // one kernel call per row: its vector/scalar split falls at the same place of
     // a row whatever the batch (the scalar tail rounds exp differently)
     struct Ctx {
@@ -356,7 +386,8 @@ void Compute::gated(bool silu, const float *g, const float *u, float *out, int64
         const float *g, *u;
         float *y;
         int64_t K;
-    } ctx{silu ? k_->silu_mul : k_->relu2_mul, g, u, out, K};
+    } ctx{act == Activation::kSilu ? k_->silu_mul : act == Activation::kRelu2 ? k_->relu2_mul : &gelu_mul_rows,
+          g, u, out, K};
     if (rows < 1 || K < 1) return;
     parallel_for(rows, std::max<int64_t>(1, 16384 / K), threads_, [](void *c, int64_t r0, int64_t r1) {
         auto *p = static_cast<Ctx *>(c);

@@ -76,7 +76,8 @@ class Compute {
     void attention(const AttentionArgs &a) const;
 
     // n one-token attentions (each its own cache and start: the decode tokens of a
-    // batched step) in one job over the pool; each equals attention(a[i])
+    // batched step) in one job over the pool; each equals attention(a[i]) (a window:
+    // over the cache from the window's first row)
     void attention_decode_many(const AttentionArgs *a, int64_t n) const;
 
     // sum of n bytes read by all threads, in chunks of 1 MB (the bandwidth probe)
@@ -85,9 +86,10 @@ class Compute {
     // float16 bits of x [n], rounded to nearest even (a float16 KV cache)
     void to_f16(const float *x, uint16_t *out, int64_t n) const { k_->to_f16(x, out, n); }
 
-    // out = silu(g) * u (silu) or relu(g)^2 * u, rows x K elements; row by row, so a
-    // row's values do not depend on how many rows share the call
-    void gated(bool silu, const float *g, const float *u, float *out, int64_t rows, int64_t K) const;
+    // out = act(g) * u: silu(g), relu(g)^2 or gelu_tanh(g) (in float64), rows x K
+    // elements; row by row, so a row's values do not depend on how many rows share the call
+    enum class Activation { kSilu, kRelu2, kGelu };
+    void gated(Activation act, const float *g, const float *u, float *out, int64_t rows, int64_t K) const;
 
     // The ops below are a single pass over a few KB per token, in float64 as
     // the reference: one thread for a few tokens, the pool for more.

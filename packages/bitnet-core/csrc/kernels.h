@@ -75,6 +75,9 @@ struct AttentionArgs {
     int64_t T, Hq, Hkv, D, start;
     float scale;
     bool kv_f16;
+    // > 0: query t sees only the last `window` positions, start + t - window + 1 ..
+    // start + t (a sliding-window layer); 0: every position up to its own
+    int64_t window = 0;
 };
 
 // cache rows per chunk of split (flash-decoding) attention: small enough that

@@ -119,10 +119,20 @@ class OpClock {
     std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
+// the BitLinears of a layer, in the order of their input norms (Layer::in_norm)
+enum Proj { kProjQ, kProjK, kProjV, kProjO, kProjGate, kProjUp, kProjDown, kProjs };
+
 struct Layer {
-    // attn_sub_norm / ffn_sub_norm are null in the llama graph (no sub-norms: skipped)
+    // attn_sub_norm / ffn_sub_norm are null in the llama, qwen3 and gemma3 graphs (skipped)
     const float *attn_norm, *attn_sub_norm, *ffn_norm, *ffn_sub_norm;
     const TernaryMatrix *q, *k, *v, *o, *gate, *up, *down;
+    // null where the graph has none: the QK head norms [head_dim] (qwen3, gemma3; the
+    // q norm carries the query scale), gemma3's norms of the attention and FFN outputs
+    // [hidden], each BitLinear's own input norm (use_rms_norm; all or none)
+    const float *q_norm = nullptr, *k_norm = nullptr, *post_attn_norm = nullptr, *post_ffn_norm = nullptr;
+    std::array<const float *, kProjs> in_norm{};
+    size_t rope = 0;     // the layer's rope base: CpuModel::thetas_[rope]
+    int64_t window = 0;  // > 0: a sliding-window (local) layer
 };
 
 class CpuModel {
@@ -130,22 +140,25 @@ class CpuModel {
     CpuModel(const std::string &isa, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
              int64_t rot_dim, double rope_theta, const std::string &rope_style, double eps,
              const std::string &ffn_activation, py::array embedding, py::object head, py::array output_norm,
-             py::list layers, py::object head_check)
+             py::list layers, py::object head_check, double linear_eps)
         : keep_{embedding, head, output_norm, layers, head_check}, k_(kernel_table(isa)), H_(hidden), Hq_(heads), Hkv_(kv_heads), D_(head_dim), rot_dim_(rot_dim),
-          theta_(rope_theta), eps_(eps) {
+          eps_(eps), linear_eps_(linear_eps < 0 ? eps : linear_eps) {
         if (rope_style != "neox" && rope_style != "norm")
             throw std::invalid_argument("unknown rope style '" + rope_style + "'");
-        if (ffn_activation != "silu" && ffn_activation != "relu2")
-            throw std::invalid_argument("unknown ffn activation '" + ffn_activation + "'");
+        if (ffn_activation == "silu") act_ = Compute::Activation::kSilu;
+        else if (ffn_activation == "relu2") act_ = Compute::Activation::kRelu2;
+        else if (ffn_activation == "gelu") act_ = Compute::Activation::kGelu;
+        else throw std::invalid_argument("unknown ffn activation '" + ffn_activation + "'");
         neox_ = rope_style == "neox";
-        silu_ = ffn_activation == "silu";
         if (H_ <= 0 || Hq_ <= 0 || Hkv_ <= 0 || D_ <= 0 || Hq_ % Hkv_)
             throw std::invalid_argument("model: bad head configuration");
         if (rot_dim_ < 0 || rot_dim_ > D_ || rot_dim_ % 2)
             throw std::invalid_argument("model: rot_dim must be even and <= head dim");
         embedding_ = Table::from(embedding, "embedding");
         if (embedding_.cols != H_) throw std::invalid_argument("embedding: wrong width");
-        if (py::isinstance<DenseI8>(head)) {
+        if (head.is_none()) {  // an embedding model: hidden states only (hidden_batch)
+            if (!head_check.is_none()) throw std::invalid_argument("head_check needs an int8 head");
+        } else if (py::isinstance<DenseI8>(head)) {
             head_i8_ = head.cast<std::shared_ptr<DenseI8>>();
             vocab_ = head_i8_->rows;
             if (head_i8_->cols != H_) throw std::invalid_argument("head: wrong width");
@@ -164,7 +177,9 @@ class CpuModel {
         const int64_t Q = Hq_ * D_, KV = Hkv_ * D_;
         for (py::handle item : layers) {
             auto parts = item.cast<py::tuple>();
-            if (parts.size() != 11) throw std::invalid_argument("a layer is 4 norms and 7 matrices");
+            if (parts.size() != 11 && parts.size() != 18)
+                throw std::invalid_argument("a layer is 4 norms and 7 matrices (then 4 norms, the input norms, "
+                                            "rope base and window)");
             Layer l{};
             l.attn_norm = vector_of(parts[0], H_, "attn_norm");
             l.attn_sub_norm = parts[1].is_none() ? nullptr : vector_of(parts[1], Q, "attn_sub_norm");
@@ -178,12 +193,34 @@ class CpuModel {
             l.up = matrix(parts[9], F_, H_);
             l.down = matrix(parts[10], H_, F_);
             l.ffn_sub_norm = parts[3].is_none() ? nullptr : vector_of(parts[3], F_, "ffn_sub_norm");
+            double theta = rope_theta;
+            if (parts.size() == 18) {
+                if (parts[11].is_none() != parts[12].is_none())
+                    throw std::invalid_argument("q_norm and k_norm: both or neither");
+                l.q_norm = parts[11].is_none() ? nullptr : vector_of(parts[11], D_, "q_norm");
+                l.k_norm = parts[12].is_none() ? nullptr : vector_of(parts[12], D_, "k_norm");
+                l.post_attn_norm = parts[13].is_none() ? nullptr : vector_of(parts[13], H_, "post_attn_norm");
+                l.post_ffn_norm = parts[14].is_none() ? nullptr : vector_of(parts[14], H_, "post_ffn_norm");
+                if (!parts[15].is_none()) {
+                    auto norms = parts[15].cast<py::tuple>();
+                    if (norms.size() != kProjs) throw std::invalid_argument("in_norms: one per BitLinear (7)");
+                    const int64_t widths[kProjs] = {H_, H_, H_, Q, H_, H_, F_};
+                    for (int j = 0; j < kProjs; ++j) l.in_norm[j] = vector_of(norms[j], widths[j], "in_norm");
+                }
+                theta = parts[16].cast<double>();
+                l.window = parts[17].cast<int64_t>();
+                if (l.window < 0) throw std::invalid_argument("window must be >= 0");
+            }
+            auto at = std::find(thetas_.begin(), thetas_.end(), theta);
+            l.rope = static_cast<size_t>(at - thetas_.begin());
+            if (at == thetas_.end()) thetas_.push_back(theta);
             layers_.push_back(l);
             for (const TernaryMatrix *w : {l.q, l.k, l.v, l.gate, l.up}) kp_h_ = std::max(kp_h_, w->kp);
             kp_q_ = std::max(kp_q_, l.o->kp);
             kp_f_ = std::max(kp_f_, l.down->kp);
         }
         kp_head_ = head_i8_ ? head_i8_->stride : 0;
+        if (thetas_.empty()) thetas_.push_back(rope_theta);
     }
 
     // Read embedding rows from file descriptor `fd` (the table's bytes at `offset`)
@@ -205,6 +242,7 @@ class CpuModel {
     }
 
     int64_t vocab() const { return vocab_; }
+    bool has_head() const { return vocab_ > 0; }
     // Per-op wall time of the passes run while enabled (set_op_timing), in seconds by
     // op name, with "passes": where a forward pass spends its time (bitnet bench --profile)
     void set_op_timing(bool enabled) {
@@ -234,6 +272,7 @@ class CpuModel {
                                bool all_logits, int threads) {
         const int64_t T = ids.size();
         if (T < 1) throw std::invalid_argument("forward needs at least one token id");
+        if (!has_head()) throw std::invalid_argument("no output head (an embedding model): use hidden_batch");
         check_ids(ids.data(), T);
         int f16 = -1;
         Segment whole = segment(k_caches, v_caches, start, T, f16);
@@ -275,22 +314,10 @@ class CpuModel {
     py::array_t<float> forward_batch(CArray<int64_t> ids, std::vector<int64_t> counts,
                                      std::vector<int64_t> starts, py::list k_caches, py::list v_caches,
                                      int threads) {
+        if (!has_head()) throw std::invalid_argument("no output head (an embedding model): use hidden_batch");
         const int64_t T = ids.size(), n_seq = static_cast<int64_t>(counts.size());
-        if (n_seq < 1) throw std::invalid_argument("forward_batch needs at least one sequence");
-        if (static_cast<int64_t>(starts.size()) != n_seq || static_cast<int64_t>(k_caches.size()) != n_seq ||
-            static_cast<int64_t>(v_caches.size()) != n_seq)
-            throw std::invalid_argument("forward_batch: one count, start, K and V cache list per sequence");
-        check_ids(ids.data(), T);
-        std::vector<Segment> segs;
         int f16 = -1;
-        int64_t t0 = 0;
-        for (int64_t j = 0; j < n_seq; ++j) {
-            if (counts[j] < 1) throw std::invalid_argument("forward_batch: every sequence needs a token");
-            segs.push_back(segment(k_caches[j], v_caches[j], starts[j], counts[j], f16));
-            segs.back().t0 = t0;
-            t0 += counts[j];
-        }
-        if (t0 != T) throw std::invalid_argument("forward_batch: the counts do not add up to the ids");
+        std::vector<Segment> segs = segments(ids, counts, starts, k_caches, v_caches, f16);
         py::array_t<float> logits({n_seq, vocab_});
         {
             py::gil_scoped_release nogil;
@@ -298,6 +325,50 @@ class CpuModel {
             run(Compute(k_, threads), ids.data(), T, segs, f16 == 1, Head::kLastOfEach, logits.mutable_data());
         }
         return logits;
+    }
+
+    // The final hidden states (output-normed) [T, hidden] of every token of the
+    // sequences (ids, counts, starts and caches as forward_batch): an embedding
+    // model's forward, pooled by the caller. Each sequence goes in equal parts of at
+    // most kSubBatch tokens (as forward splits a prompt) and consecutive parts share a
+    // pass up to kSubBatch tokens, so a sequence's states do not depend on the others.
+    py::array_t<float> hidden_batch(CArray<int64_t> ids, std::vector<int64_t> counts, std::vector<int64_t> starts,
+                                    py::list k_caches, py::list v_caches, int threads) {
+        int f16 = -1;
+        const std::vector<Segment> segs = segments(ids, counts, starts, k_caches, v_caches, f16);
+        const int64_t T = ids.size();
+        py::array_t<float> out({T, H_});
+        float *o = out.mutable_data();
+        {
+            py::gil_scoped_release nogil;
+            std::lock_guard<std::mutex> lock(mu_);
+            const Compute c(k_, threads);
+            std::vector<Segment> pass;
+            int64_t p0 = 0, pn = 0;  // the pass's rows of ids
+            auto flush = [&] {
+                if (pass.empty()) return;
+                run(c, ids.data() + p0, pn, pass, f16 == 1, Head::kHidden, o + p0 * H_);
+                p0 += pn;
+                pn = 0;
+                pass.clear();
+            };
+            for (const Segment &s : segs) {
+                const int64_t parts = (s.n + kSubBatch - 1) / kSubBatch;
+                for (int64_t p = 0, at = 0; p < parts; ++p) {
+                    const int64_t n = s.n / parts + (p < s.n % parts ? 1 : 0);
+                    if (pn + n > kSubBatch) flush();
+                    Segment part = s;
+                    part.t0 = pn;
+                    part.n = n;
+                    part.start = s.start + at;
+                    pass.push_back(std::move(part));
+                    pn += n;
+                    at += n;
+                }
+            }
+            flush();
+        }
+        return out;
     }
 
   private:
@@ -323,8 +394,9 @@ class CpuModel {
     };
 
     // which logits a pass computes: none, the last token's, every token's, or
-    // the last token of each segment
-    enum class Head { kNone, kLast, kAll, kLastOfEach };
+    // the last token of each segment; or (kHidden) no logits but every token's
+    // output-normed hidden state
+    enum class Head { kNone, kLast, kAll, kLastOfEach, kHidden };
 
     void check_ids(const int64_t *idp, int64_t T) const {
         for (int64_t t = 0; t < T; ++t)
@@ -349,6 +421,28 @@ class CpuModel {
             seg.vc[i] = cache_ptr(vs[i], start, n, S, f16);
         }
         return seg;
+    }
+
+    // forward_batch's and hidden_batch's sequences, checked; f16 as cache_ptr
+    std::vector<Segment> segments(const CArray<int64_t> &ids, const std::vector<int64_t> &counts,
+                                  const std::vector<int64_t> &starts, py::list k_caches, py::list v_caches,
+                                  int &f16) {
+        const int64_t T = ids.size(), n_seq = static_cast<int64_t>(counts.size());
+        if (n_seq < 1) throw std::invalid_argument("forward_batch needs at least one sequence");
+        if (static_cast<int64_t>(starts.size()) != n_seq || static_cast<int64_t>(k_caches.size()) != n_seq ||
+            static_cast<int64_t>(v_caches.size()) != n_seq)
+            throw std::invalid_argument("forward_batch: one count, start, K and V cache list per sequence");
+        check_ids(ids.data(), T);
+        std::vector<Segment> segs;
+        int64_t t0 = 0;
+        for (int64_t j = 0; j < n_seq; ++j) {
+            if (counts[j] < 1) throw std::invalid_argument("forward_batch: every sequence needs a token");
+            segs.push_back(segment(k_caches[j], v_caches[j], starts[j], counts[j], f16));
+            segs.back().t0 = t0;
+            t0 += counts[j];
+        }
+        if (t0 != T) throw std::invalid_argument("forward_batch: the counts do not add up to the ids");
+        return segs;
     }
 
     static const float *vector_of(py::handle h, int64_t n, const char *what) {
@@ -398,6 +492,7 @@ class CpuModel {
     }
 
     // T tokens of the segments (their rows of ids, in order); then the logits `head` asks for
+    // (kHidden: the output-normed hidden states [T, hidden] into `logits`)
     void run(const Compute &c, const int64_t *ids, int64_t T, const std::vector<Segment> &segs, bool kv_f16,
              Head head, float *logits) {
         const int64_t H = H_, Q = Hq_ * D_, KV = Hkv_ * D_, F = F_;
@@ -412,25 +507,52 @@ class CpuModel {
         std::vector<int64_t> pos(T);
         for (const Segment &s : segs)
             for (int64_t j = 0; j < s.n; ++j) pos[s.t0 + j] = s.start + j;
-        const RopeTable rope(pos.data(), T, theta_, rot_dim_);  // the angles of every layer
+        std::vector<RopeTable> ropes;  // the angles of every layer of each rope base
+        for (double theta : thetas_) ropes.emplace_back(pos.data(), T, theta, rot_dim_);
         std::vector<AttentionArgs> decode;  // a layer's one-token attentions
         OpClock clock(timing_ ? &op_seconds_ : nullptr);
         op_passes_ += timing_;
         for (int64_t t = 0; t < T; ++t) embedding_.row(ids[t], x + t * H);
         const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D_)));
         clock.mark(kOther);
+        // y = W in (one BitLinear, K inputs wide): after its own input norm when the layer
+        // has them (into `normed`, T x K floats; may be `in`), each its own quantization
+        auto project = [&](const float *in, int64_t K, const float *in_norm, float *normed,
+                           const TernaryMatrix *w, float *y, Op op) {
+            if (in_norm) {
+                c.rmsnorm(in, in_norm, T, K, linear_eps_, normed);
+                in = normed;
+            }
+            c.quantize(in, T, K, kpx, xq, xs, sum);
+            clock.mark(kNorms);
+            const TernaryOut out{w, y};
+            c.ternary(&out, 1, xq, kpx, xs, sum, T);
+            clock.mark(op);
+        };
 
         for (size_t i = 0; i < layers_.size(); ++i) {
             const Layer &l = layers_[i];
+            const bool own_norms = l.in_norm[kProjQ] != nullptr;
             // attention
             c.rmsnorm(x, l.attn_norm, T, H, eps_, h);
-            c.quantize(h, T, H, kpx, xq, xs, sum);
-            clock.mark(kNorms);
-            const TernaryOut qkv[3] = {{l.q, q}, {l.k, kb}, {l.v, vb}};
-            c.ternary(qkv, 3, xq, kpx, xs, sum, T);
-            clock.mark(kQKV);
-            c.rope(q, T, Hq_, D_, rope, neox_);
-            c.rope(kb, T, Hkv_, D_, rope, neox_);
+            if (own_norms) {  // (o is free until the o-projection)
+                project(h, H, l.in_norm[kProjQ], o, l.q, q, kQKV);
+                project(h, H, l.in_norm[kProjK], o, l.k, kb, kQKV);
+                project(h, H, l.in_norm[kProjV], o, l.v, vb, kQKV);
+            } else {  // one quantization for q, k and v, one job
+                c.quantize(h, T, H, kpx, xq, xs, sum);
+                clock.mark(kNorms);
+                const TernaryOut qkv[3] = {{l.q, q}, {l.k, kb}, {l.v, vb}};
+                c.ternary(qkv, 3, xq, kpx, xs, sum, T);
+                clock.mark(kQKV);
+            }
+            if (l.q_norm) {  // per head: rows of head_dim
+                c.rmsnorm(q, l.q_norm, T * Hq_, D_, eps_, q);
+                c.rmsnorm(kb, l.k_norm, T * Hkv_, D_, eps_, kb);
+                clock.mark(kNorms);
+            }
+            c.rope(q, T, Hq_, D_, ropes[l.rope], neox_);
+            c.rope(kb, T, Hkv_, D_, ropes[l.rope], neox_);
             decode.clear();
             for (const Segment &s : segs) {  // each sequence over its own cache
                 const float *ks = kb + s.t0 * KV, *vs = vb + s.t0 * KV;
@@ -442,7 +564,7 @@ class CpuModel {
                     std::memcpy(static_cast<float *>(s.vc[i]) + s.start * KV, vs, sizeof(float) * s.n * KV);
                 }
                 const AttentionArgs at{q + s.t0 * Q, s.kc[i], s.vc[i], a + s.t0 * Q, s.n, Hq_, Hkv_, D_,
-                                       s.start, scale, kv_f16};
+                                       s.start, scale, kv_f16, l.window};
                 if (s.n == 1) decode.push_back(at);  // the decode tokens: one job for all, below
                 else c.attention(at);  // (a prompt chunk's attention counts as rope_kv_store)
             }
@@ -450,30 +572,36 @@ class CpuModel {
             c.attention_decode_many(decode.data(), static_cast<int64_t>(decode.size()));
             clock.mark(kAttention);
             if (l.attn_sub_norm) c.rmsnorm(a, l.attn_sub_norm, T, Q, eps_, a);
-            c.quantize(a, T, Q, kpx, xq, xs, sum);
-            clock.mark(kNorms);
-            const TernaryOut wo{l.o, o};
-            c.ternary(&wo, 1, xq, kpx, xs, sum, T);
+            project(a, Q, l.in_norm[kProjO], a, l.o, o, kO);
+            if (l.post_attn_norm) c.rmsnorm(o, l.post_attn_norm, T, H, eps_, o);
             for (int64_t j = 0; j < T * H; ++j) x[j] += o[j];
             clock.mark(kO);
             // feed-forward
             c.rmsnorm(x, l.ffn_norm, T, H, eps_, h);
-            c.quantize(h, T, H, kpx, xq, xs, sum);
-            clock.mark(kNorms);
-            const TernaryOut gu[2] = {{l.gate, g}, {l.up, u}};
-            c.ternary(gu, 2, xq, kpx, xs, sum, T);
-            clock.mark(kGateUp);
-            c.gated(silu_, g, u, g, T, F);
+            if (own_norms) {
+                project(h, H, l.in_norm[kProjGate], o, l.gate, g, kGateUp);
+                project(h, H, l.in_norm[kProjUp], o, l.up, u, kGateUp);
+            } else {
+                c.quantize(h, T, H, kpx, xq, xs, sum);
+                clock.mark(kNorms);
+                const TernaryOut gu[2] = {{l.gate, g}, {l.up, u}};
+                c.ternary(gu, 2, xq, kpx, xs, sum, T);
+                clock.mark(kGateUp);
+            }
+            c.gated(act_, g, u, g, T, F);
             clock.mark(kGated);
             if (l.ffn_sub_norm) c.rmsnorm(g, l.ffn_sub_norm, T, F, eps_, g);
-            c.quantize(g, T, F, kpx, xq, xs, sum);
-            clock.mark(kNorms);
-            const TernaryOut wd{l.down, o};
-            c.ternary(&wd, 1, xq, kpx, xs, sum, T);
+            project(g, F, l.in_norm[kProjDown], g, l.down, o, kDown);
+            if (l.post_ffn_norm) c.rmsnorm(o, l.post_ffn_norm, T, H, eps_, o);
             for (int64_t j = 0; j < T * H; ++j) x[j] += o[j];
             clock.mark(kDown);
         }
         if (head == Head::kNone) return;
+        if (head == Head::kHidden) {
+            c.rmsnorm(x, output_norm_, T, H, eps_, logits);
+            clock.mark(kNorms);
+            return;
+        }
         // the rows that get logits, gathered into o when they are not x's last n
         int64_t n = 1;
         const float *rows = x + (T - 1) * H;
@@ -506,8 +634,10 @@ class CpuModel {
     const KernelTable *k_;
     int64_t H_, Hq_, Hkv_, D_, rot_dim_, F_ = 0, vocab_ = 0;
     int64_t kp_h_ = 0, kp_q_ = 0, kp_f_ = 0, kp_head_ = 0;
-    double theta_, eps_;
-    bool neox_ = true, silu_ = false;
+    double eps_, linear_eps_;
+    std::vector<double> thetas_;  // the layers' rope bases, each once
+    bool neox_ = true;
+    Compute::Activation act_ = Compute::Activation::kSilu;
     Table embedding_, head_;  // head_: the float head, or the int8 head's check table (or none)
     std::shared_ptr<DenseI8> head_i8_;
     const float *output_norm_ = nullptr;
@@ -529,11 +659,11 @@ void register_model(py::module_ &m) {
         "A whole BitNet b1.58 model on the CPU kernels: one call per forward pass.")
         .def(py::init<const std::string &, int64_t, int64_t, int64_t, int64_t, int64_t, double,
                       const std::string &, double, const std::string &, py::array, py::object, py::array,
-                      py::list, py::object>(),
+                      py::list, py::object, double>(),
              py::arg("isa"), py::arg("hidden"), py::arg("heads"), py::arg("kv_heads"), py::arg("head_dim"),
              py::arg("rot_dim"), py::arg("rope_theta"), py::arg("rope_style"), py::arg("eps"),
              py::arg("ffn_activation"), py::arg("embedding"), py::arg("head"), py::arg("output_norm"),
-             py::arg("layers"), py::arg("head_check") = py::none())
+             py::arg("layers"), py::arg("head_check") = py::none(), py::arg("linear_eps") = -1.0)
         .def("read_head_from", &CpuModel::read_head_from, py::arg("fd"), py::arg("offset"),
              "Read the checked int8 head's float rows with pread from `fd` (its table at byte `offset`).")
         .def("read_embedding_from", &CpuModel::read_embedding_from, py::arg("fd"), py::arg("offset"),
@@ -550,7 +680,11 @@ void register_model(py::module_ &m) {
              py::arg("start"), py::arg("all_logits"), py::arg("threads"))
         .def("forward_batch", &CpuModel::forward_batch, py::arg("ids"), py::arg("counts"), py::arg("starts"),
              py::arg("k_caches"), py::arg("v_caches"), py::arg("threads"),
-             "One step of several sequences in one pass; the logits of each one's last token.");
+             "One step of several sequences in one pass; the logits of each one's last token.")
+        .def("hidden_batch", &CpuModel::hidden_batch, py::arg("ids"), py::arg("counts"), py::arg("starts"),
+             py::arg("k_caches"), py::arg("v_caches"), py::arg("threads"),
+             "The output-normed hidden states [T, hidden] of several sequences (an embedding model's pass).")
+        .def_property_readonly("has_head", &CpuModel::has_head);
 }
 
 }  // namespace bitnet

@@ -190,7 +190,10 @@ class Kernels {
     }
 
     // the caches: float32 or float16 (both the same), used in place when contiguous
-    py::array_t<float> attention(CArray<float> q, py::array k_cache, py::array v_cache, int64_t start) {
+    // window > 0: query t sees the last `window` positions only (a sliding-window layer)
+    py::array_t<float> attention(CArray<float> q, py::array k_cache, py::array v_cache, int64_t start,
+                                 int64_t window) {
+        if (window < 0) throw std::invalid_argument("attention: the window must be >= 0");
         bool f16 = false, v16 = false;
         py::array kc = half_or_float(k_cache, f16), vc = half_or_float(v_cache, v16);
         if (f16 != v16) throw std::invalid_argument("attention: the K and V caches must have the same dtype");
@@ -203,7 +206,7 @@ class Kernels {
             throw std::invalid_argument("attention: q does not match the caches at this start");
         py::array_t<float> out({T, Hq, D});
         AttentionArgs a{q.data(), kc.data(), vc.data(), out.mutable_data(), T, Hq, Hkv, D, start,
-                        static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))), f16};
+                        static_cast<float>(1.0 / std::sqrt(static_cast<double>(D))), f16, window};
         {
             py::gil_scoped_release nogil;
             c_.attention(a);
@@ -262,11 +265,14 @@ class Kernels {
         return out;
     }
 
-    py::array_t<float> silu_mul(CArray<float> g, CArray<float> u) { return gated(true, g, u); }
-    py::array_t<float> relu2_mul(CArray<float> g, CArray<float> u) { return gated(false, g, u); }
+    py::array_t<float> silu_mul(CArray<float> g, CArray<float> u) { return gated(Compute::Activation::kSilu, g, u); }
+    py::array_t<float> relu2_mul(CArray<float> g, CArray<float> u) {
+        return gated(Compute::Activation::kRelu2, g, u);
+    }
+    py::array_t<float> gelu_mul(CArray<float> g, CArray<float> u) { return gated(Compute::Activation::kGelu, g, u); }
 
   private:
-    py::array_t<float> gated(bool silu, CArray<float> g, CArray<float> u) {
+    py::array_t<float> gated(Compute::Activation act, CArray<float> g, CArray<float> u) {
         if (g.ndim() != u.ndim() || g.size() != u.size())
             throw std::invalid_argument("gate and up must have the same shape");
         for (py::ssize_t i = 0; i < g.ndim(); ++i)
@@ -276,7 +282,7 @@ class Kernels {
         float *yd = y.mutable_data();
         const int64_t K = g.ndim() ? g.shape(g.ndim() - 1) : 1, rows = K ? g.size() / K : 0;
         py::gil_scoped_release nogil;
-        c_.gated(silu, gd, ud, yd, rows, K);
+        c_.gated(act, gd, ud, yd, rows, K);
         return y;
     }
 
@@ -316,7 +322,8 @@ void register_ops(py::module_ &m) {
              py::arg("check") = py::none(),
              "The int8 head; with check (its float table) every row that could hold a token's "
              "largest logit is recomputed exactly on it.")
-        .def("attention", &Kernels::attention, py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("start"))
+        .def("attention", &Kernels::attention, py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("start"),
+             py::arg("window") = 0, "Causal grouped-query attention; window > 0: over the last `window` positions.")
         .def("rmsnorm", &Kernels::rmsnorm, py::arg("x"), py::arg("weight"), py::arg("eps"))
         .def("rope", &Kernels::rope, py::arg("x"), py::arg("positions"), py::arg("theta"), py::arg("style"),
              py::arg("rot_dim"))
@@ -324,7 +331,8 @@ void register_ops(py::module_ &m) {
              "Sum of the bytes of a contiguous 1-D buffer, read by every thread (memory bandwidth probe).")
         .def("to_f16", &Kernels::to_f16, py::arg("x"), "float16 bits (uint16) of x, round to nearest even.")
         .def("silu_mul", &Kernels::silu_mul, py::arg("gate"), py::arg("up"))
-        .def("relu2_mul", &Kernels::relu2_mul, py::arg("gate"), py::arg("up"));
+        .def("relu2_mul", &Kernels::relu2_mul, py::arg("gate"), py::arg("up"))
+        .def("gelu_mul", &Kernels::gelu_mul, py::arg("gate"), py::arg("up"), "gelu_tanh(gate) * up (float64 inside).");
 }
 
 }  // namespace bitnet

@@ -2,10 +2,12 @@
 
 Both run the same C++ ops in the same order, so their logits must be equal
 bit for bit: prefill, decode steps through the KV cache (float16 and
-float32), chunked prefill, both FFN activations, GQA/MQA, partial rotary dims, untied heads, the int8
-head, file-backed TQ2_0 weights used in place, and 1 or 2 threads. (The
-conformance kit, test_cpu_conformance.py, checks the fused runner against
-the numpy reference within its tolerance.)
+float32), chunked prefill, the three FFN activations, GQA/MQA, partial rotary dims, untied heads, the int8
+head, file-backed TQ2_0 weights used in place, and 1 or 2 threads; the qwen3 and
+gemma3 graphs (QK head norms, BitLinear input norms, post-norms, sliding-window
+layers with their own rope base) as language models and as embedding models (hidden
+states), on inputs past the window. (The conformance kit, test_cpu_conformance.py,
+checks the fused runner against the numpy reference within its tolerance.)
 """
 
 from __future__ import annotations
@@ -17,10 +19,10 @@ import pytest
 from native_cpu import NAME_THREADS, native_provider
 
 from bitnet_core.config import BitNetConfig
-from bitnet_core.errors import ShapeError, StrictModeError, UnsupportedOperationError
+from bitnet_core.errors import ShapeError
 from bitnet_core.model import GenericRunner, KVCacheConfig, ModelWeights, random_weights
 from bitnet_core.providers.cpu_runner import FusedCpuRunner
-from bitnet_core.testing.model import FILE_CONFIG, MODEL_CONFIGS
+from bitnet_core.testing.model import EMBED_CONFIGS, FILE_CONFIG, MODEL_CONFIGS
 
 
 @pytest.fixture(params=NAME_THREADS, ids=lambda p: f"{p[0]}-t{p[1]}")
@@ -35,8 +37,25 @@ def _pair(name: str, threads: int, weights, kv_dtype: str | None = None, **kw):
     return fused, generic
 
 
-CONFIGS = {  # the models the fused pass runs (not BitLinear input norms: see below)
-    **{name: cfg for name, cfg in MODEL_CONFIGS.items() if not cfg.get("linear_norms")},
+#: Embedding graphs of awkward shapes besides the kit's: hidden 160 (not a multiple of
+#: 128), head_dim 40 != 160 / 5, five heads over one, window 5 with every 3rd layer global
+EMBED_SHAPES = {
+    **{name: dict(cfg, context_length=200) for name, cfg in EMBED_CONFIGS.items()},
+    "gemma3-160": dict(
+        EMBED_CONFIGS["gemma3"], hidden_size=160, num_layers=3, num_heads=5, num_kv_heads=1,
+        key_length=40, intermediate_size=200, sliding_window=5, sliding_window_pattern=3,
+        context_length=200,
+    ),
+    "qwen3-160": dict(
+        EMBED_CONFIGS["qwen3"], hidden_size=160, num_heads=5, num_kv_heads=5, key_length=40,
+        intermediate_size=200, context_length=200,
+    ),
+}  # fmt: skip
+
+CONFIGS = {  # the models the fused pass runs
+    **MODEL_CONFIGS,
+    # the qwen3/gemma3 graphs as language models (a head, decode steps through the window)
+    **{f"{name}-lm": dict(cfg, pooling="none") for name, cfg in EMBED_CONFIGS.items()},
     # hidden 160: above one 128 block, not a multiple; 5 heads of 32 over 5 kv heads
     "mha-silu-160": dict(
         vocab_size=77, hidden_size=160, num_layers=2, num_heads=5, num_kv_heads=5,
@@ -237,24 +256,75 @@ def test_llama_graph_skips_the_sub_norms_in_the_fused_pass():
     assert not np.allclose(fused.logits(ids), with_norms, rtol=1e-3, atol=1e-3)
 
 
-def test_fused_runner_refuses_bitlinear_input_norms():
-    cfg = BitNetConfig(**CONFIGS["llama-gqa"], linear_norms=True, linear_norm_eps=1e-6)
-    with pytest.raises(UnsupportedOperationError, match="BitLinear input norms"):
-        FusedCpuRunner(native_provider("cpu-scalar", 1), random_weights(cfg, seed=2))
-
-
-def test_bitlinear_input_norms_fall_back_to_the_generic_engine(monkeypatch, caplog):
+def test_bitlinear_input_norms_run_in_the_fused_pass():
+    """A model with BitLinear input norms (use_rms_norm) is the fused runner's, with no
+    fallback, and its trace counts every norm: two a layer, seven input norms, the output's."""
     cfg = BitNetConfig(**CONFIGS["llama-gqa"], linear_norms=True, linear_norm_eps=1e-6)
     weights = random_weights(cfg, seed=4)
     assert "blk.1.ffn_down_in_norm.weight" in weights.dense
     prov = native_provider("cpu-scalar", 1)
-    with caplog.at_level("WARNING"):
-        assert prov.make_runner(weights, progress=False) is None
-    assert "no BitLinear input norms (use_rms_norm)" in caplog.text
-    assert any("use_rms_norm" in r for r in prov.trace.fallbacks)
-    monkeypatch.setenv("BITNET_STRICT_MODE", "1")  # strict mode refuses the fallback
-    with pytest.raises(StrictModeError):
-        native_provider("cpu-scalar", 1).make_runner(weights, progress=False)
+    fused = prov.make_runner(weights, progress=False)
+    assert isinstance(fused, FusedCpuRunner) and fused.fused and not prov.trace.fallbacks
+    mark = prov.trace.mark()
+    fused.logits([3, 1, 4, 1, 5])
+    assert prov.trace.kernels["CpuModel.rmsnorm"] - mark.kernels["CpuModel.rmsnorm"] == (
+        9 * cfg.num_layers + 1
+    )
+
+
+def _embed_inputs(cfg: BitNetConfig, seed: int) -> list[np.ndarray]:
+    """Inputs of 1, 2, 5 tokens, one past the window, one past a 64-token pass and one past
+    two (each split into equal parts), the last id the vocabulary's last."""
+    rng = np.random.default_rng(seed)
+    lengths = (1, 2, 5, cfg.sliding_window + 6, 70, min(cfg.context_length, 150))
+    out = [rng.integers(0, cfg.vocab_size, n) for n in lengths]
+    out[-1][-1] = cfg.vocab_size - 1
+    return out
+
+
+@pytest.mark.parametrize("kv_dtype", ["float16", "float32"])
+@pytest.mark.parametrize("config_name", sorted(EMBED_SHAPES))
+def test_fused_hidden_states_equal_generic(prov_args, config_name, kv_dtype):
+    """An embedding model's final hidden states from ``CpuModel.hidden_batch`` equal the
+    generic engine's bit for bit: in one batch, one input at a time, and in chunks
+    (max_batch 16: a chunk's queries reach back past the window into the previous chunk)."""
+    cfg = BitNetConfig(**EMBED_SHAPES[config_name])
+    weights = random_weights(cfg, seed=5)
+    fused, generic = _pair(*prov_args, weights, kv_dtype)
+    assert fused.fused
+    inputs = _embed_inputs(cfg, 7)
+    want = generic.hidden_states(inputs)
+    chunked = FusedCpuRunner(
+        native_provider(*prov_args), weights, progress=False, max_batch=16,
+        kv_cache=KVCacheConfig(dtype=kv_dtype),
+    )  # fmt: skip
+    for got in (
+        fused.hidden_states(inputs),
+        [fused.hidden_states([ids])[0] for ids in inputs],
+        chunked.hidden_states(inputs),
+    ):
+        for ids, a, b in zip(inputs, got, want, strict=True):
+            assert a.shape == (ids.size, cfg.hidden_size)
+            np.testing.assert_array_equal(a, b, err_msg=f"{config_name}, {ids.size} tokens")
+    with pytest.raises(ShapeError, match="embedding model"):
+        fused.logits([1, 2])
+
+
+def test_fused_embedding_pass_counts_its_kernels():
+    """The trace of a gemma3 embedding pass: the norms of its graph (attention, FFN, QK,
+    post and seven input norms a layer, the output norm), seven quantizations and ternary
+    calls a layer, no head."""
+    cfg = BitNetConfig(**EMBED_CONFIGS["gemma3"])
+    prov = native_provider("cpu-scalar", 1)
+    fused = prov.make_runner(random_weights(cfg, seed=1), progress=False)
+    assert isinstance(fused, FusedCpuRunner) and not prov.trace.fallbacks
+    mark = prov.trace.mark()
+    fused.hidden_states([[1, 2, 3]])
+    ran = {k: n - mark.kernels.get(k, 0) for k, n in prov.trace.kernels.items()}
+    layers = cfg.num_layers
+    assert ran["CpuModel.rmsnorm"] == 13 * layers + 1
+    assert ran["CpuModel.ternary"] == ran["CpuModel.quantize"] == 7 * layers
+    assert not any(k.startswith("CpuModel.dense") for k in ran if ran[k])
 
 
 def test_float_matmuls_take_the_generic_path():

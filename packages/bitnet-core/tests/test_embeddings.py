@@ -16,6 +16,15 @@ from bitnet_core.model import embeddings
 DEVICES = ["cpu-reference", "cpu"]
 
 
+def assert_fused_ran(model) -> None:
+    """On ``cpu`` the run's receipt names the fused C++ pass, its kernels only, and no
+    fallback to the generic engine (which would name the per-op kernels)."""
+    prov = model.receipt()["provider"]
+    assert prov["runner"] == "FusedCpuRunner" and prov["fallbacks"] == [], prov
+    assert "CpuModel.ternary" in prov["kernels"], prov["kernels"]
+    assert all(k.startswith("CpuModel.") for k in prov["kernels"]), prov["kernels"]
+
+
 def _ids(seed: int, *lengths: int) -> list[list[int]]:
     rng = np.random.default_rng(seed)
     return [rng.integers(3, 300, n).tolist() for n in lengths]
@@ -62,6 +71,8 @@ def test_embed_batched_equals_one_at_a_time(small_model_file, device):
     assert np.allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
     short = model.embed(ids, dimensions=16)
     np.testing.assert_allclose(short, embeddings.normalize(together[:, :16]), atol=1e-6)
+    if device == "cpu":
+        assert_fused_ran(model)
 
 
 def test_embed_refuses_bad_input_clearly(small_model_file):
@@ -116,6 +127,8 @@ def test_embeddings_match_transformers(tmp_path, arch):
                 got = model.embed(ids)
                 cos = np.sum(got * want, axis=1)
                 assert cos.min() >= floor, (arch, quantize, ttype, device, cos)
+                if device == "cpu" and quantize:  # (float matmuls: the generic engine's)
+                    assert_fused_ran(model)
 
 
 def test_cli_embed_json_npy_and_stdin(small_model_file, tmp_path, capsys, monkeypatch):

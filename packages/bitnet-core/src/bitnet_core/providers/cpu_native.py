@@ -392,22 +392,19 @@ class NativeCpuProvider(ReferenceProvider):
 
     def make_runner(self, weights: Any, **opts: Any) -> Any:
         """The fused C++ forward pass (``cpu_runner``), or None with ``BITNET_CPU_FUSED=0``."""
-        from .cpu_runner import FusedCpuRunner, fused_enabled
+        from .cpu_runner import FusedCpuRunner, fused_enabled, fused_gap
 
         if not fused_enabled():
             self.promotion = promote_weights_later(self.native_module())
             return None
-        cfg = weights.config
-        if cfg.linear_norms or cfg.qk_norms or cfg.is_embedding:
+        gap = fused_gap(weights.config)
+        if gap is not None:
             from ..sdk.runner import generic_engine_fallback
 
-            what = "BitLinear input norms (use_rms_norm)" if cfg.linear_norms else "QK norms"
-            if cfg.is_embedding and not cfg.linear_norms:
-                what = "pooled embeddings"
             generic_engine_fallback(
                 self,
-                f"{self.name}: the fused forward pass has no {what} ({cfg.arch} graph); "
-                "the generic engine runs this model",
+                f"{self.name}: the fused forward pass has no {gap} ({weights.config.arch} "
+                "graph); the generic engine runs this model",
             )
             self.promotion = promote_weights_later(self.native_module())
             return None
@@ -437,6 +434,16 @@ class NativeCpuProvider(ReferenceProvider):
 
     def relu2_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
         return self._run("relu2_mul", _f32(gate), _f32(up))
+
+    def gelu_mul(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        """``gelu_tanh(gate) * up`` (``hal.extra_ops``), the fused pass's kernel."""
+        return self._run("gelu_mul", _f32(gate), _f32(up))
+
+    def attention_window(
+        self, q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, start: int, window: int
+    ) -> np.ndarray:
+        """``attention`` over the last ``window`` positions (``hal.extra_ops``)."""
+        return self._run("attention", _f32(q), k_cache, v_cache, int(start), int(window))
 
 
 class CpuAvx512Provider(NativeCpuProvider):

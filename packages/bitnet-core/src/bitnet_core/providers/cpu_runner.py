@@ -14,9 +14,15 @@ matmul and the head at once, attention per sequence; each sequence's logits
 equal its own ``forward``'s bit for bit.
 
 The ``llama`` graph (no sub-norms) runs here too: its layers hand the C++
-``None`` for ``attn_sub_norm``/``ffn_sub_norm``, which it skips. A model with
-BitLinear input norms (``use_rms_norm``) is not built here:
-``NativeCpuProvider.make_runner`` gives it to the generic engine and says so.
+``None`` for ``attn_sub_norm``/``ffn_sub_norm``, which it skips. So do the
+``qwen3`` and ``gemma3`` graphs (bitnet.cpp's embedding models): BitLinear input
+norms (``use_rms_norm``: each projection normalizes and quantizes its own input),
+QK head norms, head_dim from ``key_length``, Gemma3's GELU (tanh), post-attention and
+post-FFN norms, and sliding-window layers with their own rope base (the embedding
+scale and query scale are folded into the uploaded weights, as in the generic
+engine). An embedding model has no head: ``hidden_states`` (``Model.embed``) runs
+``CpuModel.hidden_batch``, the output-normed states of every token. A graph the C++
+cannot run (``fused_gap``) goes to the generic engine, recorded as a trace fallback.
 
 ``BITNET_CPU_FUSED=0`` turns it off (the generic op-by-op engine runs);
 ``quantize_activations=False`` always takes the generic path (float matmuls).
@@ -36,21 +42,33 @@ import numpy as np
 from ..errors import ShapeError, UnsupportedOperationError
 from ..hal.switches import env_enabled
 from ..sdk.kv_cache import Sequence
-from ..sdk.runner import GenericRunner
+from ..sdk.runner import NO_HEAD, GenericRunner
+from ..sdk.weights import LAYER_TERNARY
 from .file_pages import file_extent, release_file_pages
 
 
 def fused_kernels(
-    layers: int, decode: bool, prefill: bool, head: str = "dense", sub_norms: bool = True
+    layers: int,
+    decode: bool,
+    prefill: bool,
+    head: str | None = "dense",
+    sub_norms: bool = True,
+    *,
+    qk_norms: bool = False,
+    post_norms: bool = False,
+    linear_norms: bool = False,
 ) -> dict[str, int]:
     """The ``Compute`` kernels one ``CpuModel`` pass runs (``csrc/model.cpp``), by name, with
     their calls; ``decode``/``prefill``: it has one-token / longer sequences (a ternary call
-    covers q|k|v or gate|up); ``head``: the head's kernel (``HEAD_KERNELS``);
-    ``sub_norms``: the model has two a layer (the llama graph has none)."""
+    covers q|k|v or gate|up, unless each BitLinear has its own input norm:
+    ``linear_norms``); ``head``: the head's kernel (``HEAD_KERNELS``; None: the hidden
+    states, no head); ``sub_norms``: two a layer (the llama, qwen3 and gemma3 graphs have
+    none); ``qk_norms``: two a layer; ``post_norms``: gemma3's two a layer."""
+    projections = 7 if linear_norms else 4
     per_layer = {
-        "rmsnorm": 4 if sub_norms else 2,
-        "quantize": 4,
-        "ternary": 4,
+        "rmsnorm": 2 + 2 * sub_norms + 2 * qk_norms + 2 * post_norms + 7 * linear_norms,
+        "quantize": projections,
+        "ternary": projections,
         "rope": 2,
         "kv_store": 1,
         "gated": 1,
@@ -62,9 +80,13 @@ def fused_kernels(
     calls = {name: n * layers for name, n in per_layer.items()}
     calls["embedding"] = 1
     calls["rmsnorm"] += 1  # the output norm
-    calls[head] = 1
+    if head is not None:
+        calls[head] = 1
     return {f"CpuModel.{name}": n for name, n in calls.items()}
 
+
+#: the BitLinears in the order ``CpuModel`` takes their input norms
+IN_NORM_ORDER = tuple(LAYER_TERNARY)
 
 #: The head's ``Compute`` kernel for each of the provider's ``head_mode``s.
 HEAD_KERNELS = {"exact": "dense", "int8": "dense_i8", "checked": "dense_i8_checked"}
@@ -91,11 +113,28 @@ def op_bytes(provider: Any, weights: Any) -> dict[str, int]:
                 m = getattr(layer, name)
                 # TQ2_0 in place holds its scales in its blocks; the repacked layouts a float a row
                 out[op] += int(m.nbytes) + (0 if m.layout == "tq2_0" else 4 * int(m.rows))
+    if weights.head is None:  # an embedding model
+        out["head"] = 0
+        return out
     head = provider.head_table(weights.head)
     out["head"] = (
         head.nbytes if isinstance(head, np.ndarray) else int(head.nbytes) + 4 * int(head.rows)
     )
     return out
+
+
+#: what ``CpuModel`` computes of a config's choices (``csrc/model.cpp``)
+FUSED_ACTIVATIONS = ("silu", "relu2", "gelu")
+FUSED_ROPE_STYLES = ("neox", "norm")
+
+
+def fused_gap(cfg: Any) -> str | None:
+    """Why ``CpuModel`` cannot run the graph of ``cfg`` (a ``BitNetConfig``), or None."""
+    if cfg.ffn_activation not in FUSED_ACTIVATIONS:
+        return f"the {cfg.ffn_activation} feed-forward activation"
+    if cfg.rope_style not in FUSED_ROPE_STYLES:
+        return f"the {cfg.rope_style} rope style"
+    return None
 
 
 def fused_enabled() -> bool:
@@ -107,10 +146,11 @@ class FusedCpuRunner(GenericRunner):
     """``GenericRunner`` with the forward pass of ``bitnet_core._native.CpuModel``."""
 
     def __init__(self, provider: Any, weights: Any, **opts: Any) -> None:
-        if weights.config.linear_norms:  # make_runner gives these to the generic engine
+        gap = fused_gap(weights.config)
+        if gap is not None:  # make_runner gives these to the generic engine
             raise UnsupportedOperationError(
-                f"{provider.name}: the fused forward pass has no BitLinear input norms "
-                "(use_rms_norm): run this model on GenericRunner"
+                f"{provider.name}: the fused forward pass has no {gap} "
+                f"({weights.config.arch} graph): run this model on GenericRunner"
             )
         super().__init__(provider, weights, **opts)
         self._gather_only = False
@@ -118,11 +158,16 @@ class FusedCpuRunner(GenericRunner):
         self._head_file: BinaryIO | None = None  # an untied checked head's rows, likewise
         self._model = self._build() if self.quantize_activations else None
 
+    @property
+    def fused(self) -> bool:
+        """Whether the C++ pass runs this model (not with ``quantize_activations=False``)."""
+        return self._model is not None
+
     def _build(self) -> Any:
         p, cfg, w = self._provider, self.config, self.weights
-        mode = p.head_mode_for(w.head)
-        head = p.head_table(w.head, mode)
-        self._head_kernel = HEAD_KERNELS[mode]
+        mode = p.head_mode_for(w.head) if w.head is not None else None
+        head = p.head_table(w.head, mode) if w.head is not None else None
+        self._head_kernel = HEAD_KERNELS[mode] if mode is not None else None
         # checked: the rows the int8 head cannot rule out are recomputed on the float table
         check = np.asarray(w.head) if mode == "checked" else None
         # the embedding table is only gathered from (the head reads another table, or
@@ -146,8 +191,15 @@ class FusedCpuRunner(GenericRunner):
                 lw.gate,
                 lw.up,
                 lw.down,
+                lw.q_norm,
+                lw.k_norm,
+                lw.post_attn_norm,
+                lw.post_ffn_norm,
+                tuple(lw.in_norms[k] for k in IN_NORM_ORDER) if lw.in_norms else None,
+                float(cfg.layer_rope_theta(i)),
+                int(cfg.sliding_window) if cfg.layer_is_local(i) else 0,
             )
-            for lw in w.layers
+            for i, lw in enumerate(w.layers)
         ]
         try:
             model = p.native_module().CpuModel(
@@ -166,6 +218,7 @@ class FusedCpuRunner(GenericRunner):
                 output_norm=w.output_norm,
                 layers=layers,
                 head_check=check,
+                linear_eps=float(cfg.linear_norm_eps),
             )
         except (ValueError, TypeError) as exc:
             raise ShapeError(f"{p.name}: cannot build the fused model: {exc}") from None
@@ -180,6 +233,8 @@ class FusedCpuRunner(GenericRunner):
     def _forward(self, ids: np.ndarray, cache: Sequence, all_logits: bool) -> np.ndarray:
         if self._model is None:
             return super()._forward(ids, cache, all_logits)
+        if self.weights.head is None:
+            raise ShapeError(NO_HEAD)
         t = int(ids.size)
         start = cache.length
         cache.reserve(start + t)
@@ -219,21 +274,35 @@ class FusedCpuRunner(GenericRunner):
         """Bytes the weight-reading ops read a pass (``op_bytes``)."""
         return op_bytes(self._provider, self.weights)
 
-    def _record(self, decode: bool, prefill: bool) -> None:
+    def _record(self, decode: bool, prefill: bool, hidden: bool = False) -> None:
         """One native call's kernels and submission in the provider's trace."""
         trace = self._provider.trace
         cfg = self.config
-        kernels = fused_kernels(cfg.num_layers, decode, prefill, self._head_kernel, cfg.sub_norms)
+        kernels = fused_kernels(
+            cfg.num_layers,
+            decode,
+            prefill,
+            None if hidden else self._head_kernel,
+            cfg.sub_norms,
+            qk_norms=cfg.qk_norms,
+            post_norms=cfg.post_norms,
+            linear_norms=cfg.linear_norms,
+        )
         for name, calls in kernels.items():
             trace.kernel(name, calls)
         trace.submit()
         trace.launched(sum(kernels.values()))
 
-    def _forward_batch(self, batch: list[tuple[np.ndarray, Sequence]]) -> np.ndarray:
+    def _forward_batch(
+        self, batch: list[tuple[np.ndarray, Sequence]], hidden: bool = False
+    ) -> np.ndarray:
         if self._model is None:
-            return super()._forward_batch(batch)
+            return super()._forward_batch(batch, hidden)
+        if self.weights.head is None and not hidden:
+            raise ShapeError(NO_HEAD)
+        run = self._model.hidden_batch if hidden else self._model.forward_batch
         try:
-            logits = self._model.forward_batch(
+            logits = run(
                 np.concatenate([ids for ids, _ in batch]),
                 [int(ids.size) for ids, _ in batch],
                 [cache.length for _, cache in batch],
@@ -246,7 +315,7 @@ class FusedCpuRunner(GenericRunner):
         for ids, cache in batch:
             cache.advance(int(ids.size))
         sizes = [int(ids.size) for ids, _ in batch]
-        self._record(decode=min(sizes) == 1, prefill=max(sizes) > 1)
+        self._record(decode=min(sizes) == 1, prefill=max(sizes) > 1, hidden=hidden)
         if self._gather_only and self._embedding_file is None:
             release_file_pages(self.weights.embedding)
         return logits
