@@ -2,12 +2,15 @@
 // call with the GIL released (`CpuModel`, used by the native CPU providers'
 // backend, bitnet_core/providers/cpu_backend.py).
 //
-// It runs the graph of the generic engine (bitnet_core/model/backend.py)
-// with the same `Compute` ops in the same order, so its logits equal the
-// op-by-op path bit for bit; what it saves is the Python between ops (a
-// decode step is ~15 ops a layer), the allocation of every intermediate
-// array, and one activation quantization and thread hand-off for each of
-// q/k/v and gate/up, which share their input.
+// It runs the graphs of the generic engine (bitnet_core/sdk/runner.py: bitnet,
+// llama, and the qwen3/gemma3 embedding graphs with their BitLinear input norms,
+// QK head norms, post-norms, GELU and sliding-window layers) with the same
+// `Compute` ops in the same order, so its logits (and an embedding model's
+// hidden states, hidden_batch) equal the op-by-op path bit for bit; what it
+// saves is the Python between ops (a decode step is ~15 ops a layer), the
+// allocation of every intermediate array, and, without input norms, one
+// activation quantization and thread hand-off for each of q/k/v and gate/up,
+// which then share their input.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

@@ -75,6 +75,19 @@ def test_embed_batched_equals_one_at_a_time(small_model_file, device):
         assert_fused_ran(model)
 
 
+def test_fused_embeddings_equal_the_generic_engines(small_model_file, monkeypatch):
+    """On ``cpu`` the fused C++ pass gives the embeddings of the op-by-op engine on the
+    same kernels (``BITNET_CPU_FUSED=0``) exactly: inputs past the Gemma3 window of 4."""
+    ids = _ids(5, 11, 1, 6, 9)
+    fused = bitnet_core.load(small_model_file, "cpu", progress=False)
+    got = fused.embed(ids)
+    assert_fused_ran(fused)
+    monkeypatch.setenv("BITNET_CPU_FUSED", "0")
+    generic = bitnet_core.load(small_model_file, "cpu", progress=False)
+    assert generic.receipt()["provider"]["runner"] == "GenericRunner"
+    np.testing.assert_array_equal(got, generic.embed(ids))
+
+
 def test_embed_refuses_bad_input_clearly(small_model_file):
     model = bitnet_core.load(small_model_file, "cpu-reference", progress=False)
     with pytest.raises(ShapeError, match="empty"):

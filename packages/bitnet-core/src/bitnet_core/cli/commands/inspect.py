@@ -90,7 +90,7 @@ def graph_summary(config: BitNetConfig) -> str:
     if config.linear_norms:
         parts.append(
             f"an input RMSNorm on every BitLinear (use_rms_norm, eps {config.linear_norm_eps:g}): "
-            "the fused forward passes fall back to the generic engine"
+            "the fused CPU pass runs it, the GPU fused passes fall back to the generic engine"
         )
     return ", ".join(parts)
 
