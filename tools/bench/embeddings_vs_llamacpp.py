@@ -10,10 +10,13 @@ tokenizer: the same ids in both) are embedded:
 - ``ours_batch``: ``Model.embed(texts)``, one call (what one ``/v1/embeddings``
   request, or the server's batch of concurrent ones, runs);
 - ``ours_single``: the same texts one call each (64 requests sent one at a time);
-- ``llama``: ``Llama.embed(texts)`` (llama-cpp-python batches them itself).
+- ``llama``: ``Llama.embed(texts)`` (llama-cpp-python batches them itself);
+- with ``--generic``, ``generic_batch`` and ``generic_single``: the same on our
+  op-by-op engine (``BITNET_CPU_FUSED=0``) beside the fused C++ pass.
 
-Rounds alternate the engines so load drift hits all alike; prints tokens/s per
-round and the medians' ratios, and writes JSON with ``--out``.
+Each engine embeds one input first (warm-up: pages, threads); rounds alternate the
+engines so load drift hits all alike; prints tokens/s per round and the medians'
+ratios, and writes JSON with ``--out``.
 
     uv run --no-sync python tools/bench/embeddings_vs_llamacpp.py --dir /tmp/emb \\
         --threads 2 --inputs 64 --tokens 128 --rounds 2 --out emb_bench.json
@@ -77,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--no-single", action="store_true", help="skip one-at-a-time")
     ap.add_argument("--no-llama", action="store_true", help="only ours (no ratio to llama.cpp)")
+    ap.add_argument(
+        "--generic", action="store_true", help="also our op-by-op engine (BITNET_CPU_FUSED=0)"
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     os.environ.setdefault("BITNET_THREADS", str(args.threads))
@@ -87,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     model = bitnet_core.load(ours_path, device="cpu", progress=False)
     if hasattr(model.provider, "set_threads"):
         model.provider.set_threads(args.threads)
+    generic = _generic(ours_path, args.threads) if args.generic else None
     llm = None if args.no_llama else _llama(theirs_path, args)
     batch = texts(args.inputs, args.tokens)
     ours_ids = model.embed_inputs(batch)
@@ -96,26 +103,38 @@ def main(argv: list[str] | None = None) -> int:
         theirs_ids = [llm.tokenize(t.encode(), add_bos=True, special=False) for t in batch]
         n_theirs = sum(map(len, theirs_ids))
     print(f"tokens: ours {n_ours}, llama.cpp {n_theirs}", file=sys.stderr)
+    for m in (model, generic):  # warm-up
+        if m is not None:
+            m.embed(ours_ids[:1])
+    if llm is not None:
+        llm.embed(batch[:1])
 
     def timed(f, n: int) -> float:
         t0 = time.perf_counter()
         f()
         return n / (time.perf_counter() - t0)
 
+    engines = {"ours": model, "generic": generic}
     runs: dict[str, list[float]] = {"ours_batch": [], "llama": [], "ours_single": []}
+    if generic is not None:
+        runs.update(generic_batch=[], generic_single=[])
     for r in range(args.rounds):
         order = ["ours_batch", "llama"] if r % 2 == 0 else ["llama", "ours_batch"]
         if llm is None:
             order.remove("llama")
         if not args.no_single:
             order.append("ours_single")
+        if generic is not None:
+            pair = ["generic_batch"] + ([] if args.no_single else ["generic_single"])
+            order = pair + order if r % 2 else order + pair
         for name in order:
-            if name == "ours_batch":
-                tps = timed(lambda: model.embed(ours_ids), n_ours)
+            m = engines[name.split("_")[0]] if name != "llama" else None
+            if name.endswith("_batch"):
+                tps = timed(lambda m=m: m.embed(ours_ids), n_ours)
             elif name == "llama":
                 tps = timed(lambda: llm.embed(batch), n_theirs)
             else:
-                tps = timed(lambda: [model.embed([x]) for x in ours_ids], n_ours)
+                tps = timed(lambda m=m: [m.embed([x]) for x in ours_ids], n_ours)
             runs[name].append(tps)
             print(f"round {r} {name}: {tps:.1f} tok/s", file=sys.stderr, flush=True)
     med = {k: statistics.median(v) for k, v in runs.items() if v}
@@ -126,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         "tokens_per_input": args.tokens,
         "provider": model.provider.name,
         "runner": type(model.runner).__name__,
+        "fallbacks": list(getattr(model.provider.trace, "fallbacks", [])),
         "runs_tok_s": runs,
         "median_tok_s": med,
     }
@@ -133,10 +153,32 @@ def main(argv: list[str] | None = None) -> int:
         report["ours_batch_over_llama"] = med["ours_batch"] / med["llama"]
     if "ours_single" in med:
         report["batch_over_single"] = med["ours_batch"] / med["ours_single"]
+    if "generic_batch" in med:
+        report["fused_over_generic_batch"] = med["ours_batch"] / med["generic_batch"]
+    if "generic_single" in med and "ours_single" in med:
+        report["fused_over_generic_single"] = med["ours_single"] / med["generic_single"]
     print(json.dumps({k: report[k] for k in report if k != "shape"}, indent=1))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     return 0
+
+
+def _generic(path: Path, threads: int):
+    """The model on our op-by-op engine (``BITNET_CPU_FUSED=0`` while it loads)."""
+    import bitnet_core
+
+    before = os.environ.get("BITNET_CPU_FUSED")
+    os.environ["BITNET_CPU_FUSED"] = "0"
+    try:
+        m = bitnet_core.load(path, device="cpu", progress=False)
+    finally:
+        if before is None:
+            del os.environ["BITNET_CPU_FUSED"]
+        else:
+            os.environ["BITNET_CPU_FUSED"] = before
+    if hasattr(m.provider, "set_threads"):
+        m.provider.set_threads(threads)
+    return m
 
 
 def _llama(path: Path, args: argparse.Namespace):

@@ -459,6 +459,50 @@ def test_attention(prov, t, hq, hkv, d, start):
     np.testing.assert_allclose(prov.attention(q, k, v, start), want, rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize(
+    "t,hq,hkv,d,start,window",
+    [
+        (1, 4, 2, 64, 0, 4),  # decode inside the window
+        (1, 5, 5, 20, 130, 40),  # decode past it: the cache from the window's first row
+        (1, 3, 1, 9, 32, 1),  # a window of one row
+        (9, 16, 4, 128, 200, 100),  # a prompt chunk past the window
+        (12, 4, 1, 24, 0, 5),  # a prompt longer than the window (blocks of 4 queries)
+        (7, 6, 3, 7, 2, 9),  # queries crossing the window's edge inside a block
+        (8, 4, 2, 32, 3, 64),  # all inside the window: plain attention
+    ],
+)
+def test_attention_window(prov, t, hq, hkv, d, start, window, dtype):
+    """``attention_window`` (Gemma3's local layers, the fused pass's windowed attention)
+    against the numpy reference; rows no query may see hold 1e4, which would dominate."""
+    from bitnet_core.hal.extra_ops import attention_window_ref
+
+    rng = np.random.default_rng(t * 1000 + d + window)
+    cap = start + t + 3
+    q = rng.standard_normal((t, hq, d)).astype(np.float32)
+    k = rng.standard_normal((cap, hkv, d)).astype(dtype)
+    v = rng.standard_normal((cap, hkv, d)).astype(dtype)
+    k[start + t :] = 1e4
+    k[: max(0, start + 1 - window)] = 1e4  # before the first query's window
+    got = prov.attention_window(q, k, v, start, window)
+    want = attention_window_ref(q, k, v, start, window)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+    if start + t <= window:  # nothing out of reach: the plain attention, bit for bit
+        np.testing.assert_array_equal(got, prov.attention(q, k, v, start))
+    with pytest.raises(ShapeError, match="window"):
+        prov.attention_window(q, k, v, start, -1)
+
+
+def test_gelu_mul(prov):
+    """Gemma3's ``gelu_tanh(gate) * up`` (float64 inside) against the numpy reference."""
+    from bitnet_core.hal.extra_ops import gelu_mul_ref
+
+    rng = np.random.default_rng(4)
+    g = (rng.standard_normal((7, 301)) * 4).astype(np.float32)
+    u = rng.standard_normal((7, 301)).astype(np.float32)
+    np.testing.assert_allclose(prov.gelu_mul(g, u), gelu_mul_ref(g, u), rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("t,start", [(1, 0), (1, 150), (6, 70)])
 def test_attention_on_float16_caches(prov, t, start):
     """A float16 cache gives exactly what float32 caches of the same values give."""
