@@ -183,8 +183,8 @@ def test_llama_layout_runs_in_llama_cpp(tmp_path):
 
 @pytest.mark.parametrize("layout", LLAMA_LAYOUTS + RMS_NORM_LAYOUTS[1:])
 def test_layout_runs_greedy_through_the_cli(tmp_path, layout, capsys, clean_registry, monkeypatch):
-    """``bitnet convert`` then ``bitnet run`` (greedy): the fused CPU pass for the llama
-    graph, the generic engine (said so) for BitLinear input norms; the same tokens from
+    """``bitnet convert`` then ``bitnet run`` (greedy): the fused CPU pass for every
+    layout (the llama graph, BitLinear input norms), no fallback; the same tokens from
     the op-by-op engine (``BITNET_CPU_FUSED=0``)."""
     src = layout_checkpoint(tmp_path / "hf", layout, **SHAPE)
     out = tmp_path / "m.gguf"
@@ -200,8 +200,7 @@ def test_layout_runs_greedy_through_the_cli(tmp_path, layout, capsys, clean_regi
     text, err = capsys.readouterr()
     assert text.strip()
     r = json.loads(receipt.read_text())
-    fused = layout not in RMS_NORM_LAYOUTS
-    assert r["provider"]["runner"] == ("FusedCpuRunner" if fused else "GenericRunner")
+    assert r["provider"]["runner"] == "FusedCpuRunner" and r["provider"]["fallbacks"] == []
     assert r["model"]["config"]["arch"] == ("llama" if layout in LLAMA_LAYOUTS else "bitnet")
     monkeypatch.setenv("BITNET_CPU_FUSED", "0")
     assert main([*argv, "--device", "cpu"]) == 0  # the op-by-op engine: the same tokens
