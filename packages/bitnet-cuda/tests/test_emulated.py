@@ -531,7 +531,8 @@ def test_attention_combine_merges_each_head_then_norms_the_row(splits: int) -> N
 def test_prefix_cache_gives_the_fresh_logits(engine, kv) -> None:
     """A prompt whose first blocks come from the prefix cache (copied on the device) gives the
     logits of a fresh prefill, bit for bit, on both engines: 32 of 40 tokens reused, the 8
-    left run the small-tile path where the fresh 40 ran the tensor-core one."""
+    left run the small-tile path where the fresh 40 ran the tensor-core one; then 38, six
+    rows of a cached partial block copied on the device."""
     from bitnet_core.model.prefix_cache import PrefixCache
 
     runner = cuda_runner(random_weights(strict_config("silu"), seed=7), kv, engine)
@@ -541,10 +542,15 @@ def test_prefix_cache_gives_the_fresh_logits(engine, kv) -> None:
         with runner.new_cache() as fresh_seq:
             fresh = runner.forward(ids, fresh_seq)
             fresh_next = runner.forward(np.array([3]), fresh_seq)
-            cache.store(fresh_seq, ids.tolist())
+            cache.store(fresh_seq, ids[:32].tolist())  # the whole blocks only, first
+            with runner.new_cache() as seq:
+                assert cache.start(seq, ids.tolist()) == 32
+                np.testing.assert_array_equal(runner.forward(ids[32:], seq), fresh)
+                np.testing.assert_array_equal(runner.forward(np.array([3]), seq), fresh_next)
+            cache.store(fresh_seq, ids.tolist())  # and the partial last block: 6 of its rows
         with runner.new_cache() as seq:
-            assert cache.start(seq, ids.tolist()) == 32
-            np.testing.assert_array_equal(runner.forward(ids[32:], seq), fresh)
+            assert cache.start(seq, ids.tolist()) == 38
+            np.testing.assert_array_equal(runner.forward(ids[38:], seq), fresh)
             np.testing.assert_array_equal(runner.forward(np.array([3]), seq), fresh_next)
     finally:
         cache.close()
