@@ -33,6 +33,8 @@ sequence: a block that finds no room is simply not cached.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -128,6 +130,8 @@ class PrefixCache:
         self._charged = 0  # KV cache blocks charged for the cached blocks
         self.users = 0  # schedulers sharing it (attach/detach)
         self._shape = (block_tokens, self.kv.kv_heads, self.kv.head_dim)
+        self._threads = max(1, int(getattr(self.provider, "threads", 1) or 1))
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         if getattr(self.kv, "reclaim", None) is not None:
             raise RuntimeError("this runner's KV cache already has a prefix cache")
         self.kv.reclaim = self.reclaim
@@ -235,22 +239,39 @@ class PrefixCache:
                 b.pins += 1
             try:
                 seq.reserve(n)  # may reclaim other cached blocks, never these
-                p, bt = self.provider, self.block_tokens
-                at = len(found.blocks) * bt
-                for layer in range(self.kv.num_layers):
-                    k, v = seq.layer(layer)
-                    for i, b in enumerate(found.blocks):
-                        p.kv_store(k, b.k[layer], i * bt)
-                        p.kv_store(v, b.v[layer], i * bt)
-                    if found.tail is not None:
-                        t, m = found.tail, found.tail_tokens
-                        p.kv_store(k, self._rows(t.k[layer], 0, m), at)
-                        p.kv_store(v, self._rows(t.v[layer], 0, m), at)
+                layers = range(self.kv.num_layers)
+                copy = functools.partial(self._copy_in, seq, found)
+                if self.kv.lazy and self._threads > 1:  # host memory: layers side by side
+                    list(self._pool().map(copy, layers))
+                else:
+                    for layer in layers:
+                        copy(layer)
                 seq.advance(n)
             finally:
                 for b in pinned:
                     b.pins -= 1
         return n
+
+    def _copy_in(self, seq: Any, found: Match, layer: int) -> None:
+        """One layer's rows of ``found`` into ``seq``."""
+        p, bt = self.provider, self.block_tokens
+        k, v = seq.layer(layer)
+        for i, b in enumerate(found.blocks):
+            p.kv_store(k, b.k[layer], i * bt)
+            p.kv_store(v, b.v[layer], i * bt)
+        if found.tail is not None:
+            t, m, at = found.tail, found.tail_tokens, len(found.blocks) * bt
+            p.kv_store(k, self._rows(t.k[layer], 0, m), at)
+            p.kv_store(v, self._rows(t.v[layer], 0, m), at)
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """Threads for host copies: numpy lets the GIL go while it copies, so the pages a
+        sequence touches for the first time fault in on every core."""
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                self._threads, thread_name_prefix="bitnet-prefix-copy"
+            )
+        return self._executor
 
     def _rows(self, arr: Any, start: int, n: int) -> Any:
         """Rows ``[start, start + n)`` of a cache array (``n`` <= a block), on its device."""
@@ -357,6 +378,9 @@ class PrefixCache:
             self._recharge()
             if getattr(self.kv, "reclaim", None) == self.reclaim:
                 self.kv.reclaim = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
 
     def as_dict(self) -> dict:
         s = self.stats
