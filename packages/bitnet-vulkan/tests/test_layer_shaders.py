@@ -3,7 +3,8 @@ against the numpy reference, on awkward shapes: rows not a multiple of a workgro
 inputs not a multiple of 16 columns or longer than the norm holds in registers, head dims
 of 2 to 32, one to sixteen splits (some empty), several chunks a split, float32 and float16
 caches, grouped query heads (one head of each group writes the cache). ``norm_gemv_add``
-is also bit for bit the ten dispatches' ``norm_quant`` + ``matmul_i2s`` (ADD).
+is also bit for bit the ten dispatches' ``norm_quant`` + ``matmul_i2s`` (ADD), and the
+``_dot`` variants (integer dot products) the plain ones'.
 """
 
 from __future__ import annotations
@@ -191,3 +192,32 @@ def test_qkv_attend(sg, ref, dtype, hidden, hq, hkv, d, rot, style, pos, splits)
     got = sg.to_host(att)
     np.testing.assert_allclose(got[: hq * d], want, rtol=1e-4, atol=tol)
     assert (got[hq * d :] == 9.0).all()
+
+
+@pytest.mark.parametrize("name", ["norm_gemv_add", "norm_gemv_act"])
+def test_the_integer_dot_product_variant_gives_the_same_bits(vk_matmul, ref, name):
+    """``_dot`` (SPV_KHR_integer_dot_product) against the plain shader on a provider with
+    the feature on: exact int32 sums either way, so the same outputs bit for bit."""
+    if not (vk_matmul.context.use_subgroup and vk_matmul.context.use_int_dot):
+        pytest.skip("needs subgroup arithmetic and integer dot products on")
+    x = (RNG.standard_normal(300) * 3).astype(np.float32)
+    g = RNG.uniform(0.2, 2.0, 300).astype(np.float32)
+    tw, y0 = ternary(140, 300), RNG.standard_normal(70).astype(np.float32)
+    w = vk_matmul.load_ternary(tw)
+    p = plan(vk_matmul)
+    outs = []
+    for shader in (name, name + "_dot"):
+        y = vk_matmul.to_device(y0)
+        run(
+            vk_matmul,
+            shader,
+            [vk_matmul.to_device(x), vk_matmul.to_device(g), w.codes, w.scales, y],
+            pack_push("IIfII", 300, 75, EPS, 70, w.words_per_row),
+            (vk_matmul._groups(70, p.rows_per_group), 1, 1),
+            p.gemv_spec(w.words_per_row, 0),
+        )
+        outs.append(vk_matmul.to_host(y))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    want, xs = reference_gemv(ref, x, g, tw)
+    if name == "norm_gemv_add":
+        np.testing.assert_allclose(outs[1], y0 + want[:70], rtol=1e-5, atol=code_tolerance(tw, xs))
