@@ -207,7 +207,9 @@ class CudaRunner(GenericRunner):
         self.use_graphs = env_enabled("BITNET_CUDA_GRAPHS")
         # one token's decode layer in four kernels (its int8 rows held in shared memory)
         widest = max(cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.intermediate_size)
-        self.layer_kernels = env_enabled("BITNET_CUDA_LAYER") and padded_cols(widest) <= LAYER_MAX_KP
+        self.layer_kernels = (
+            env_enabled("BITNET_CUDA_LAYER") and padded_cols(widest) <= LAYER_MAX_KP
+        )
         self._graphs: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._warm: set[tuple[Any, ...]] = set()  # layouts whose step ran once without a graph
         self._decode_bufs: StepBuffers | None = None
