@@ -10,6 +10,7 @@ barrier after the norm prologue removed, the cache never written) and caught.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from bitnet_cuda import kernels
 from bitnet_cuda.runner import (
     ATTN_THREADS,
     COMBINE_THREADS,
+    LAYER_MAX_KP,
     NORM_THREADS,
     ROPE_THREADS,
     CudaRunner,
@@ -250,18 +252,27 @@ def test_greedy_on_the_device_with_four_launches_equals_the_ten() -> None:
         np.testing.assert_array_equal(four.forward([got[-1]], b), ten.forward([want[-1]], a))
 
 
-def test_bench_profile_counts_four_launches_a_layer() -> None:
+@pytest.mark.parametrize("layer,per_layer", [(None, 4), ("0", 10)], ids=["four", "ten"])
+def test_bench_profile_counts_four_launches_a_layer(monkeypatch, layer, per_layer) -> None:
     """``bitnet bench --profile``'s count (``launches_per_step``, bench_once and
     step_profile of the bench command) on the emulated device: 4 a layer + 3
-    (embedding, output norm, head) with the four-launch layer, 10 a layer + 3 without
-    (each kernel of a replayed graph counted)."""
+    (embedding, output norm, head) by default, 10 a layer + 3 with
+    ``BITNET_CUDA_LAYER=0`` (each kernel of a replayed graph counted)."""
+    if layer is not None:
+        monkeypatch.setenv("BITNET_CUDA_LAYER", layer)
     weights = random_weights(strict_config("silu"), seed=13)
-    layers = weights.config.num_layers
-    for four, per_layer in ((True, 4), (False, 10)):
-        model = Model(_runner(weights, four))
-        runs = [bench_once(model, 5, 6, np.random.default_rng(0))]
-        profile = step_profile(runs, traced=True)
-        assert profile["launches_per_step"] == per_layer * layers + 3, four
+    runner = CudaRunner(EmulatedCudaProvider(), weights)
+    runs = [bench_once(Model(runner), 5, 6, np.random.default_rng(0))]
+    profile = step_profile(runs, traced=True)
+    assert profile["launches_per_step"] == per_layer * weights.config.num_layers + 3
+
+
+def test_rows_wider_than_shared_memory_keep_the_ten() -> None:
+    """An int8 row past LAYER_MAX_KP (a block's shared copy of its input) keeps the ten."""
+    cfg = strict_config("silu")
+    assert CudaRunner(EmulatedCudaProvider(), random_weights(cfg, seed=1)).layer_kernels
+    wide = dataclasses.replace(cfg, intermediate_size=LAYER_MAX_KP + 1)
+    assert not CudaRunner(EmulatedCudaProvider(), random_weights(wide, seed=1)).layer_kernels
 
 
 # --- planted faults -------------------------------------------------------------------
