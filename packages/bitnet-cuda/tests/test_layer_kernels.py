@@ -349,3 +349,41 @@ def test_a_missing_barrier_after_the_norm_prologue_is_caught(tmp_path) -> None:
     planted = _planted(tmp_path, BARRIER, "").read_text()
     caught = [s for s in (1, 2, 3) if not np.array_equal(_gemv_add(planted, s), good[0])]
     assert caught == [1, 2, 3]
+
+
+def _attend(code: str, seed: int) -> np.ndarray:
+    """qkv_attend's output for a fixed random problem (6 query heads on 2 kv heads, the
+    cache rows from the position on NaN), blocks and threads ordered by ``seed``."""
+    p = EmulatedCudaProvider()
+    fn = EmulatedCuPy().RawModule(code=code).get_function("qkv_attend")
+    rng = np.random.default_rng(9)
+    hq, hkv, d, k, pos, splits = 6, 2, 40, 72, 20, 3
+    _, _, w = _ternary(p, rng, (hq + 2 * hkv) * d, k)
+    cache = np.full((2, pos + 4, hkv, d), np.nan, np.float32)
+    cache[:, :pos] = rng.standard_normal((2, pos, hkv, d))
+    x = (rng.standard_normal(k) * 2).astype(np.float32)
+    g = rng.uniform(0.2, 2.0, k).astype(np.float32)
+    parts = [p.cp.zeros((hq * splits * s,), dtype=np.float32) for s in (1, 1, d)]
+    att = p.cp.zeros((1, hq * d), dtype=np.float32)
+    head = (p.to_device(x), p.to_device(g), w.words, w.scales, i32(k))
+    caches = (p.to_device(cache[0].copy()), p.to_device(cache[1].copy()))
+    args = (*head, i32(int(w.words.shape[1]) // 4), p.to_device(np.array([pos], np.int32)))
+    args += (*caches, *parts, att, i32(hq), i32(hkv), i32(d), i32(d), i32(0))
+    SEEDS.restart(seed)
+    fn((hq,), (NORM_THREADS,), (*args, f32(13.3), i32(splits), f32(1 / math.sqrt(d)), EPS))
+    return att.get()
+
+
+def test_a_head_reading_the_key_another_block_writes_is_caught(tmp_path) -> None:
+    """An inter-block race: the current key and value read from the cache row the kv
+    group's first head writes in the same launch, instead of the block's own shared
+    copy: a block that runs before the writer reads NaN. Unplanted, the same bits at
+    every seed; planted, wrong at the seeds whose block order shows it (3 of these 4;
+    blocks in index order, the writer first, hid it)."""
+    good = [_attend(kernels.SOURCE.read_text(), seed) for seed in (1, 2, 3, 4)]
+    assert all(np.array_equal(good[0], a) for a in good) and np.isfinite(good[0]).all()
+    planted = _planted(tmp_path, "const bool cur = s == keys.cur;", "const bool cur = false;")
+    caught = [
+        s for s in (1, 2, 3, 4) if not np.array_equal(_attend(planted.read_text(), s), good[0])
+    ]
+    assert len(caught) >= 2, caught
