@@ -379,7 +379,7 @@ def test_a_head_reading_the_key_another_block_writes_is_caught(tmp_path) -> None
     group's first head writes in the same launch, instead of the block's own shared
     copy: a block that runs before the writer reads NaN. Unplanted, the same bits at
     every seed; planted, wrong at the seeds whose block order shows it (3 of these 4;
-    blocks in index order, the writer first, hid it)."""
+    blocks one at a time in index order, the writer first, would hide it)."""
     good = [_attend(kernels.SOURCE.read_text(), seed) for seed in (1, 2, 3, 4)]
     assert all(np.array_equal(good[0], a) for a in good) and np.isfinite(good[0]).all()
     planted = _planted(tmp_path, "const bool cur = s == keys.cur;", "const bool cur = false;")
