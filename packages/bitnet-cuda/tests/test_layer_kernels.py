@@ -213,8 +213,7 @@ def _runner(weights, four: bool, kv: str = "float32", block: int = 16) -> CudaRu
     return runner
 
 
-@pytest.mark.parametrize("kv", ["float32", "float16"])
-@pytest.mark.parametrize("activation", ["silu", "relu2"])
+@pytest.mark.parametrize(("activation", "kv"), [("silu", "float32"), ("relu2", "float16")])
 def test_four_launch_decode_equals_the_ten_bit_for_bit(activation: str, kv: str) -> None:
     """The graph-captured decode step with four kernels a layer: the ten's logits bit for
     bit at every step, across the cache's growth (16 rows a block: new arrays, new
