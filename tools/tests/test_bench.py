@@ -464,3 +464,22 @@ def test_step_profile_refuses_bad_arguments(argv, message, tmp_path, monkeypatch
     assert sp.main([*base, *argv]) != 0
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err, err
+
+
+def test_load_vs_llamacpp_reads_our_startup_line(tmp_path):
+    """The start-up bench's own half on a tiny model: our process's wall, CPU, peak RSS
+    and the ``load=`` stages parsed from its start-up line (llama-cli is not built here)."""
+    from bitnet_core.config import BitNetConfig
+    from bitnet_core.model.random import random_model_file
+
+    bench = load_script("load_vs_llamacpp")
+    path = tmp_path / "tiny.gguf"
+    random_model_file(path, BitNetConfig(vocab_size=300, hidden_size=256, num_layers=2,
+                                         num_heads=2, num_kv_heads=1, intermediate_size=256,
+                                         context_length=64), seed=1)  # fmt: skip
+    got = bench.ours(str(path), 1)
+    assert got["wall_s"] >= got["load_s"] > 0 and got["cpu_s"] > 0
+    assert 0.01 < got["peak_rss_gb"] < 4
+    assert "read" in got["stages"] and "repack" in got["stages"]
+    with pytest.raises(SystemExit, match="failed"):
+        bench.timed([sys.executable, "-c", "raise SystemExit(3)"])

@@ -7,4 +7,5 @@ PYBIND11_MODULE(_native, m) {
     bitnet::register_tensors(m);
     bitnet::register_ops(m);
     bitnet::register_model(m);
+    bitnet::register_gguf(m);
 }

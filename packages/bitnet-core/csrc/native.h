@@ -11,5 +11,6 @@ void register_cpu_features(pybind11::module_ &m);
 void register_ops(pybind11::module_ &m);
 void register_tensors(pybind11::module_ &m);
 void register_model(pybind11::module_ &m);
+void register_gguf(pybind11::module_ &m);
 std::map<std::string, bool> cpu_features();
 }  // namespace bitnet

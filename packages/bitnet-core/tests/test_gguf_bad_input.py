@@ -6,6 +6,7 @@ import os
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -192,3 +193,43 @@ def test_cli_reports_one_line(tmp_path, capsys):
     assert main(["inspect", str(p)]) == 3
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: {p}: tensor count") and "\n" not in err
+
+
+def _string_array(rng: np.random.Generator, n: int) -> bytes:
+    """``n`` GGUF strings of random bytes (invalid UTF-8 among them), lengths 0..12."""
+    out = b""
+    for _ in range(n):
+        raw = rng.integers(0, 256, rng.integers(0, 13), dtype=np.uint8).tobytes()
+        out += len(raw).to_bytes(8, "little") + raw
+    return out
+
+
+def _read_strings(data: bytes, n: int, native: bool, monkeypatch) -> tuple:
+    """``_Cursor.strings`` on ``data``: (strings, position) or the error's message."""
+    from bitnet_core.gguf import header
+
+    if not native:
+        monkeypatch.setattr(header, "load_native", lambda: (None, "off"))
+    cur = header._Cursor(np.frombuffer(data, dtype=np.uint8), Path("t.gguf"))
+    try:
+        return cur.strings(n, "tokenizer.ggml.tokens"), cur.pos
+    except GGUFFormatError as exc:
+        return (str(exc),)
+    finally:
+        monkeypatch.undo()
+
+
+def test_native_string_arrays_read_as_the_python_loop(monkeypatch):
+    """The native string decoder (``_native.gguf_strings``) gives the Python loop's
+    strings (invalid UTF-8 replaced alike) and position, and, cut anywhere, its error."""
+    rng = np.random.default_rng(49)
+    for _ in range(60):
+        n = int(rng.integers(1, 40))
+        data = _string_array(rng, n)
+        cut = data[: int(rng.integers(0, len(data) + 1))]
+        if rng.random() < 0.2:  # a hostile length
+            cut += rng.integers(1 << 40, 1 << 62, dtype=np.int64).item().to_bytes(8, "little")
+            n += 1
+        for blob in (data, cut):
+            want = _read_strings(blob, n, native=False, monkeypatch=monkeypatch)
+            assert _read_strings(blob, n, native=True, monkeypatch=monkeypatch) == want

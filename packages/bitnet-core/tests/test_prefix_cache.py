@@ -85,8 +85,12 @@ def test_reused_prefix_gives_the_fresh_logprobs(model):
     assert [g[:2] for g in got] == want  # logprobs equal to the last bit, every step
     # 48 of the 50: whole blocks of 16 that leave a token to compute; a prompt that starts
     # otherwise shares no prefix
-    assert [g[2] for g in got] == [0, 48, 48, 0]
-    assert pc["hit_tokens"] == 96 and pc["miss_tokens"] == sum(map(len, turns)) - 96
+    # the next turn: 3 whole blocks of 16, then the 2 tokens it shares with the first
+    # turn's cached last partial block (which goes on with the generated tokens); the
+    # repeat: all but the 2 tokens a lookup leaves to compute; a prompt that starts
+    # otherwise shares no prefix
+    assert [g[2] for g in got] == [0, 50, 48, 0]
+    assert pc["hit_tokens"] == 98 and pc["miss_tokens"] == sum(map(len, turns)) - 98
     assert model.runner.kv.stats()["used_blocks"] == 0  # the last user gave the blocks back
 
 
@@ -101,9 +105,11 @@ def test_concurrent_requests_compute_a_shared_prompt_once(model):
     finally:
         sched.close()
     assert [g[:2] for g in got] == want
-    assert [g[2] for g in got] == [0, 64, 64, 64]  # the first computes, the others copy
+    # the first computes; the others copy its 4 whole blocks and the 6 system-prompt rows
+    # of its partial last block (64..72), and compute only their own questions
+    assert [g[2] for g in got] == [0, 70, 70, 70]
     n_gen = sum(len(g[1]) - 1 for g in got)  # decode tokens fed
-    assert step_tokens == len(requests[0]) + sum(len(r) - 64 for r in requests[1:]) + n_gen
+    assert step_tokens == len(requests[0]) + sum(len(r) - 70 for r in requests[1:]) + n_gen
 
 
 def test_budget_too_small_evicts_cached_blocks_not_running_sequences(model_file):
@@ -158,8 +164,10 @@ def test_server_reports_cached_tokens(model_file):
             events = [line[6:] for line in r.iter_lines() if line.startswith("data: {")]
         metrics = httpx.get(url + "/metrics", timeout=10).text
     cached = [x["usage"]["prompt_tokens_details"]["cached_tokens"] for x in (first, again)]
-    assert cached == [0, 32] and first["choices"][0]["text"] == again["choices"][0]["text"]
-    assert json.loads(events[-1])["usage"]["prompt_tokens_details"]["cached_tokens"] == 32
-    assert "bitnet_prefix_cache_hit_tokens_total 64" in metrics
-    assert "bitnet_prefix_cache_miss_tokens_total 56" in metrics
-    assert "bitnet_prefix_cache_blocks 2" in metrics
+    # all but the 2 tokens a lookup leaves to compute: 2 whole blocks and 6 rows of the
+    # partial third (the first request's 40 prompt and 3 generated tokens fed)
+    assert cached == [0, 38] and first["choices"][0]["text"] == again["choices"][0]["text"]
+    assert json.loads(events[-1])["usage"]["prompt_tokens_details"]["cached_tokens"] == 38
+    assert "bitnet_prefix_cache_hit_tokens_total 76" in metrics
+    assert "bitnet_prefix_cache_miss_tokens_total 44" in metrics
+    assert "bitnet_prefix_cache_blocks 3" in metrics

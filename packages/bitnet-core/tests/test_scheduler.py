@@ -225,13 +225,14 @@ def test_the_queue_limit_counts_running_and_waiting_requests(model):
 
 def test_concurrent_requests_wait_for_a_shared_prompt(model):
     """Two requests sharing 40 prompt tokens, sent together: the second waits for the
-    first's prefill and starts from its two cached blocks (32 tokens)."""
+    first's prefill and starts from its two cached blocks (32 tokens) and the 8 shared
+    rows of its partial last block."""
     shared = _prompt(model, 40, 7)
     reqs = [(shared + _prompt(model, 5, s), _greedy(3)) for s in (1, 2)]
     sched = Scheduler(model, max_active=4, step_tokens=24)
     try:
         (first, first_text), (second, second_text) = _run(sched, reqs)
-        assert (first.stats.cached_tokens, second.stats.cached_tokens) == (0, 32)
+        assert (first.stats.cached_tokens, second.stats.cached_tokens) == (0, 40)
         assert first_text == _solo_text(model, first) and second_text == _solo_text(model, second)
     finally:
         sched.close()
@@ -249,7 +250,22 @@ def test_a_request_waiting_for_a_shared_prompt_holds_back_no_other(model):
     sched = Scheduler(model, max_active=4, step_tokens=24)
     try:
         (_, _), (follower, _), (other, other_text) = _run(sched, reqs)
-        assert follower.stats.cached_tokens == 32
+        assert follower.stats.cached_tokens == 40
         assert other.first_token_step == 1 and other_text == _solo_text(model, other)
+    finally:
+        sched.close()
+
+
+def test_a_few_shared_tokens_are_not_worth_a_wait(model):
+    """Prompts sharing less than a block's worth of tokens (a chat template's header)
+    run side by side from the first step: the second does not wait for the first's
+    prefill."""
+    head = _prompt(model, 6, 9)
+    reqs = [(head + _prompt(model, 30, s), _greedy(2)) for s in (1, 2)]
+    sched = Scheduler(model, max_active=4, step_tokens=128)
+    try:
+        (first, _), (second, second_text) = _run(sched, reqs)
+        assert first.first_token_step == second.first_token_step == 1
+        assert second.stats.cached_tokens == 0 and second_text == _solo_text(model, second)
     finally:
         sched.close()

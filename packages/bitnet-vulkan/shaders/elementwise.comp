@@ -1,4 +1,5 @@
 #version 450
+#extension GL_GOOGLE_include_directive : require
 // out[i] = f(a[i], b[i % b_size]) for the elementwise ops (OP: 0 silu, 1 relu2,
 // 2 silu_mul, 3 relu2_mul, 4 add, 5 mul); b repeats along the leading axes.
 layout(local_size_x_id = 0) in;
@@ -9,8 +10,7 @@ layout(std430, binding = 1) readonly buffer B { float b[]; };
 layout(std430, binding = 2) writeonly buffer O { float o[]; };
 layout(push_constant) uniform P { uint total; uint b_size; } p;
 
-float silu(float v) { return v / (1.0 + exp(-v)); }
-float relu2(float v) { float r = max(v, 0.0); return r * r; }
+#include "act.glsl"
 
 void main() {
     for (uint i = gl_GlobalInvocationID.x; i < p.total; i += gl_NumWorkGroups.x * gl_WorkGroupSize.x) {

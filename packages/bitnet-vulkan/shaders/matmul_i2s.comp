@@ -7,6 +7,7 @@
 // one subgroup a row (whatever its size), reduced with subgroupAdd: no shared memory, no
 // barriers; the workgroup is 1-D (local_size_x only). ADD: y += the product (a residual).
 #extension GL_EXT_spirv_intrinsics : enable
+#extension GL_GOOGLE_include_directive : require
 #ifdef USE_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -23,34 +24,8 @@ layout(constant_id = 2) const bool ADD = false;
 layout(std430, binding = 4) buffer Y { float y[]; };
 layout(push_constant) uniform P { uint n_rows; uint tokens; uint w_words; } p;
 
-#ifdef USE_INT_DOT
-spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"], capabilities = [6019, 6018], id = 4450)
-int sdot4x8(int a, int b, spirv_literal int packed_format);
-
-int dot16(uint wword, uint xbase) {
-    int acc = 0;
-    for (uint j = 0u; j < 4u; j++) {
-        uint b = (wword >> (8u * j)) & 0xFFu;
-        // four 2-bit codes -> four bytes 0..2 -> four signed bytes -1..1 (no borrows)
-        uint c = (b & 3u) | ((b & 0xCu) << 6) | ((b & 0x30u) << 12) | ((b & 0xC0u) << 18);
-        uint s = ((c | 0x80808080u) - 0x01010101u) ^ 0x80808080u;
-        acc += sdot4x8(int(xq[xbase + j]), int(s), 0);
-    }
-    return acc;
-}
-#else
-int dot16(uint wword, uint xbase) {
-    int acc = 0;
-    for (uint j = 0u; j < 4u; j++) {
-        int a = int(xq[xbase + j]);
-        for (uint i = 0u; i < 4u; i++) {
-            int code = int((wword >> (8u * j + 2u * i)) & 3u) - 1;
-            acc += bitfieldExtract(a, int(8u * i), 8) * code;
-        }
-    }
-    return acc;
-}
-#endif
+#define XQ_AT(i) xq[i]
+#include "i2s_dot.glsl"
 
 #ifdef USE_SUBGROUP
 // TOKENS_PER_PASS tokens share each weight word read (prefill reads the weights T/4 times, not T).

@@ -15,14 +15,11 @@
 // then y = v * (1 / sqrt(mean(v^2) + eps)) * weight (as rmsnorm.comp), s[t] = 127 / max|y|
 // correctly rounded and xq = round(y * s) four int8 a word (as quantize_act.comp).
 //
-// Invocation i holds the output words w = i + j * WG (j < HELD), the four values of each,
-// in registers when the row fits (xq_words <= HELD * WG): the row is read once, all the
-// loads in flight together. A subgroup a row with a pass of dependent loads for each of
-// the sum of squares, the max and the codes took 104 us a row on an H100 (77% of a 2B-4T
-// decode step). Longer rows compute v again in each pass.
+// The row's norm and codes: norm_row.glsl (a workgroup a row, values held in registers;
+// a subgroup a row with a pass of dependent loads for each of the sum of squares, the max
+// and the codes took 104 us a row on an H100, 77% of a 2B-4T decode step).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint MODE = 0;
-const uint HELD = 8u;  // words (4 values each) an invocation holds
 
 layout(std430, binding = 0) readonly buffer X { float x[]; };
 layout(std430, binding = 1) readonly buffer Wt { float weight[]; };
@@ -34,16 +31,13 @@ layout(push_constant) uniform P {
 } p;
 
 #include "quant.glsl"
+#include "act.glsl"
 
-shared float red[gl_WorkGroupSize.x];  // one partial result a subgroup
 // MODE 3: each (head, split)'s weight e^(m - M) / sum l e^(m - M) of the row, when
 // heads x splits fit (else each value computes its own)
 const uint MAX_WEIGHTS = 2048u;
 shared float split_weight[MAX_WEIGHTS];
 bool weights_shared() { return MODE == 3u && (p.cols / p.dim) * p.splits <= MAX_WEIGHTS; }
-
-float silu(float v) { return v / (1.0 + exp(-v)); }
-float relu2(float v) { float r = max(v, 0.0); return r * r; }
 
 // The split records of row t's head h start at x[head_base(t, h)], p.dim + 2 floats each.
 uint head_base(uint t, uint h) { return (t * (p.cols / p.dim) + h) * p.stride * (p.dim + 2u); }
@@ -108,95 +102,18 @@ vec4 word_values(uint t, uint w) {  // the four values of word w (0 past the row
     return v;
 }
 
-// Sum and max over the workgroup: each subgroup's, then the subgroups' in order (the same
-// result in every invocation).
-float workgroup_sum(float v) {
-    v = subgroupAdd(v);
-    if (subgroupElect()) red[gl_SubgroupID] = v;
-    barrier();
-    float s = 0.0;
-    for (uint i = 0u; i < gl_NumSubgroups; i++) s += red[i];
-    barrier();
-    return s;
-}
-float workgroup_max(float v) {
-    v = subgroupMax(v);
-    if (subgroupElect()) red[gl_SubgroupID] = v;
-    barrier();
-    float m = 0.0;
-    for (uint i = 0u; i < gl_NumSubgroups; i++) m = max(m, red[i]);
-    barrier();
-    return m;
-}
-
-uint codes(vec4 y, uint w, float q) {  // four int8 codes of y * q, a word
-    uint word = 0u;
-    [[unroll]] for (uint i = 0u; i < 4u; i++) {
-        if (4u * w + i < p.cols) {
-            precise float v = y[i] * q;
-            int c = int(clamp(roundEven(v), -128.0, 127.0));
-            word |= (uint(c) & 0xFFu) << (8u * i);
-        }
-    }
-    return word;
-}
+#define NR_COLS p.cols
+#define NR_WORDS p.xq_words
+#define NR_EPS p.eps
+#define NR_WEIGHT(k) weight[k]
+#define NR_STORE(t, w, word) xq[(t) * p.xq_words + (w)] = (word)
+#include "norm_row.glsl"
 
 void main() {
-    uint lid = gl_LocalInvocationID.x, wg = gl_WorkGroupSize.x;
-    bool held = p.xq_words <= HELD * wg;
     for (uint r = gl_WorkGroupID.x; r < p.rows; r += gl_NumWorkGroups.x) {
         uint t = p.first + r;
         if (weights_shared()) split_weights(t);
-        vec4 v[HELD];
-        float s = 0.0;
-        if (held) {
-            [[unroll]] for (uint j = 0u; j < HELD; j++) {
-                uint w = lid + j * wg;
-                v[j] = w < p.xq_words ? word_values(t, w) : vec4(0.0);
-                s += dot(v[j], v[j]);
-            }
-        } else {
-            for (uint w = lid; w < p.xq_words; w += wg) {
-                vec4 u = word_values(t, w);
-                s += dot(u, u);
-            }
-        }
-        float inv = 1.0 / sqrt(workgroup_sum(s) / float(p.cols) + p.eps);
-        float m = 0.0;
-        if (held) {
-            [[unroll]] for (uint j = 0u; j < HELD; j++) {
-                uint w = lid + j * wg;
-                [[unroll]] for (uint i = 0u; i < 4u; i++) {
-                    uint k = min(4u * w + i, p.cols - 1u);  // past the end: v = 0
-                    v[j][i] = v[j][i] * inv * weight[k];
-                }
-                m = max(m, max(max(abs(v[j].x), abs(v[j].y)), max(abs(v[j].z), abs(v[j].w))));
-            }
-        } else {
-            for (uint w = lid; w < p.xq_words; w += wg) {
-                vec4 u = word_values(t, w);
-                [[unroll]] for (uint i = 0u; i < 4u; i++) {
-                    uint k = min(4u * w + i, p.cols - 1u);
-                    m = max(m, abs(u[i] * inv * weight[k]));
-                }
-            }
-        }
-        float q = correctly_rounded_quotient(127.0, max(workgroup_max(m), 1e-5));
-        if (lid == 0u) xs[t] = q;
-        if (held) {
-            [[unroll]] for (uint j = 0u; j < HELD; j++) {
-                uint w = lid + j * wg;
-                if (w < p.xq_words) xq[t * p.xq_words + w] = codes(v[j], w, q);
-            }
-        } else {
-            for (uint w = lid; w < p.xq_words; w += wg) {
-                vec4 u = word_values(t, w);
-                [[unroll]] for (uint i = 0u; i < 4u; i++) {
-                    uint k = min(4u * w + i, p.cols - 1u);
-                    u[i] = u[i] * inv * weight[k];
-                }
-                xq[t * p.xq_words + w] = codes(u, w, q);
-            }
-        }
+        float q = norm_quant_row(t);
+        if (gl_LocalInvocationID.x == 0u) xs[t] = q;
     }
 }

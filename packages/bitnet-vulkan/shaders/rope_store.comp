@@ -5,8 +5,7 @@
 // into the caches [S, Hkv, D] at rows pos .. pos + T - 1, pos read from step[first] (a buffer
 // the host rewrites, so a recorded decode step replays unchanged). `first`: the step's row of
 // the sequence's first token (a batched step: one dispatch a sequence). cos/sin tables
-// [context, rot_dim / 2] are computed on the host in float64, as the reference does.
-// NEOX pairs (i, i + half), NORM pairs (2i, 2i + 1); dims >= rot_dim pass through.
+// [context, rot_dim / 2] are computed on the host in float64 (rope.glsl).
 // One invocation writes two consecutive elements (one word of a float16 cache: F16).
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const bool NEOX = true;
@@ -25,22 +24,9 @@ layout(push_constant) uniform P {
 
 #include "half.glsl"
 
-float rotated(uint row, uint d, uint pos) {
-    if (d >= p.rot_dim) return qkv[row + d];
-    uint half_dim = p.rot_dim / 2u;
-    uint i; float a, b; bool first;
-    if (NEOX) {
-        first = d < half_dim;
-        i = first ? d : d - half_dim;
-        a = qkv[row + i]; b = qkv[row + i + half_dim];
-    } else {
-        first = (d & 1u) == 0u;
-        i = d >> 1;
-        a = qkv[row + 2u * i]; b = qkv[row + 2u * i + 1u];
-    }
-    float c = cos_t[pos * half_dim + i], s = sin_t[pos * half_dim + i];
-    return first ? a * c - b * s : b * c + a * s;
-}
+#define ROPE_SRC(i) qkv[i]
+#define ROPE_ROT p.rot_dim
+#include "rope.glsl"
 
 void main() {
     uint heads = p.q_heads + 2u * p.kv_heads;

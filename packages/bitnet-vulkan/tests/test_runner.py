@@ -192,3 +192,36 @@ def test_interleaved_sequences_each_replay_their_own_step(vk, weights):
             s.close()
     assert toks == want
     assert len(programs) >= 2
+
+
+def _decode(backend, steps: int) -> np.ndarray:
+    """The logits of a prompt and ``steps`` greedy decode tokens (past a capacity crossing)."""
+    out = []
+    with backend.new_cache() as seq:
+        logits = backend.forward(PROMPT, seq)
+        for _ in range(steps):
+            logits = backend.forward([int(logits.argmax())], seq)
+            out.append(logits.copy())
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("kv_type", ["float32", "float16"])
+def test_four_dispatch_layer_logits_equal_the_ten(vk, weights, kv_type, monkeypatch):
+    """One token's layer in four dispatches (``qkv_attend``, ``norm_gemv_*``), or the ten
+    with ``BITNET_VULKAN_LAYER=0`` (the batched steps' shaders): the same logits bit for bit,
+    over 1 to 16 attention splits of 5 keys (some empty) and a capacity crossing."""
+    from bitnet_core.sdk.kv_cache import KVCacheConfig
+
+    runs, dispatches = [], []
+    for layer in ("1", "0"):
+        monkeypatch.setenv("BITNET_VULKAN_LAYER", layer)
+        dev = Model.from_weights(weights, device="vulkan", kv_cache=KVCacheConfig(dtype=kv_type))
+        backend = dev.runner
+        assert (backend._layer_plan is not None) == (layer == "1")
+        backend.keys_per_split = 5
+        runs.append(_decode(backend, 75))
+        steps = [prog.dispatches for key, (prog, _) in backend._programs.items() if len(key) == 1]
+        dispatches.append(set(steps))
+    np.testing.assert_array_equal(runs[0], runs[1])
+    layers = weights.config.num_layers
+    assert dispatches == [{1 + 4 * layers + 2}, {1 + 10 * layers + 2}]

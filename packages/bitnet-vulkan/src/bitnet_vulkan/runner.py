@@ -1,4 +1,4 @@
-"""The Vulkan backend: a forward pass in ten dispatches a layer, decode steps recorded once.
+"""The Vulkan backend: a decode token in four dispatches a layer, steps recorded once.
 
 The generic engine (``bitnet_core.sdk.runner.GenericRunner``) calls ~20 provider
 ops a layer, each a Python call that looks up a pipeline, a descriptor set and
@@ -26,6 +26,26 @@ grows) into a command buffer of its own and then costs the host one write of
 the token id and position, one ``vkQueueSubmit``, one fence wait and a copy of
 the logits. Prefill (several tokens) runs the same shaders, recorded for that
 call (split count 1).
+
+One token's step (a sequence decoding alone) runs each layer in four dispatches
+instead (``shaders/qkv_attend.comp`` and ``norm_gemv.comp``, issue 48: a launch
+boundary only before each all-to-all GEMV)::
+
+    qkv_attend(x)                         a workgroup a query head: norm + int8 of x, its q,
+                                          k and v rows, rope, K/V store, the splits, combine
+    norm_gemv_add(att, attn_sub_norm, o)  every workgroup: norm + int8 of att; x += o rows
+    norm_gemv_act(x, ffn_norm, gate|up)   f = act(gate) * up rows
+    norm_gemv_add(f, ffn_sub_norm, down)  x += down rows
+
+so a step is 1 + 4 x layers + 2 dispatches (123 for 30 layers, not 303). Each
+workgroup computes the norm of the whole input with the workgroup size and
+sums of ``norm_quant`` (``norm_row.glsl``), the attention in the chunks and
+split order of ``attention_split`` and the combine's order, so the logits are
+bit for bit the ten dispatches' (on a device whose subgroups have one size for
+every shader: lavapipe, NVIDIA; a compiler choosing another subgroup size for
+one shader may change a norm's last bit). ``BITNET_VULKAN_LAYER=0`` (read
+when the runner is made) keeps the ten, as do devices whose limits the
+shaders exceed (shared memory, storage buffers a stage).
 
 ``forward_batch`` (the server's step) runs the sequences of one step as one
 recorded step: embedding, norms and matmuls on all their rows (the weights read
@@ -59,9 +79,11 @@ from bitnet_core.sdk.runner import GenericRunner
 
 from .arrays import Lease, VulkanArray, VulkanWeight
 from .launch import MATMUL_SG_CPU, MATMUL_SG_GPU, norm_wg, pow2_at_least
+from .layer import LayerPlan, layer_plan
 from .stream import Program, pack_push
 
 ENV_FUSED = "BITNET_VULKAN_FUSED"
+ENV_LAYER = "BITNET_VULKAN_LAYER"  # 0: one token's layer in the ten dispatches too
 ELEMENTWISE_WG = 256
 ATTENTION_SLOTS = 4  # MAX_SLOTS in attention.comp
 KEYS_PER_SPLIT = 16  # cache rows per split of the decode attention (see docs/GPU.md)
@@ -172,6 +194,11 @@ class VulkanRunner(GenericRunner):
         self._rows_per_group = max(1, wg // max(ctx.info.subgroup_size, 1))
         self._norm_wg = norm_wg(ctx.info)  # norm_quant: a workgroup a row
         self._attn_wg = pow2_at_least(-(-cfg.head_dim // ATTENTION_SLOTS), 64, 1024)
+        self._layer_plan: LayerPlan | None = None
+        if env_enabled(ENV_LAYER):
+            self._layer_plan = layer_plan(
+                ctx, cfg, self._norm_wg, self._attn_wg, MAX_SPLITS, self.qkv[0], w
+            )
 
     def _host_array(self, shape: tuple[int, ...], dtype: Any) -> VulkanArray:
         """A host-visible array of the backend's own (written or read by the host directly)."""
@@ -346,6 +373,50 @@ class VulkanRunner(GenericRunner):
         push = pack_push("III", w.rows, t, w.words_per_row)
         self._run(shader, [xq, xs, w.codes, w.scales, y], push, groups, (*spec, int(add)))
 
+    def _layer(self, plan: LayerPlan, b: StepBuffers, i: int, s: Segment, f16: int) -> None:
+        """Layer ``i`` of one token in four dispatches (``b.q``: the attention's output,
+        ``b.gu``: act(gate) * up, ``b.parts``: each head's splits)."""
+        lw, cfg = self.weights.layers[i], self.config
+        kc, vc = s.cache.layer(i)
+        qkv, gu = self.qkv[i], self.gate_up[i]
+        hidden, f = cfg.hidden_size, cfg.intermediate_size
+        eps = float(cfg.rms_norm_eps)
+        push = pack_push(
+            "IIfIIIIIfI",
+            hidden,
+            -(-hidden // 4),
+            eps,
+            qkv.words_per_row,
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            cfg.rot_dim,
+            1.0 / math.sqrt(cfg.head_dim),
+            s.splits,
+        )
+        neox = int(cfg.rope_style == "neox")
+        self._run(
+            plan.shader("qkv_attend"),
+            [b.x, lw.attn_norm, qkv.codes, qkv.scales, self._cos, self._sin, kc, vc]
+            + [self._pos, b.parts, b.q],
+            push,
+            (cfg.num_heads, 1, 1),
+            plan.qkv_spec(neox, f16, qkv.words_per_row),
+        )
+        relu2 = int(cfg.ffn_activation != "silu")
+        for name, x, g, w, y, rows in (
+            ("norm_gemv_add", b.q, lw.attn_sub_norm, lw.o, b.x, hidden),
+            ("norm_gemv_act", b.x, lw.ffn_norm, gu, b.gu, f),
+            ("norm_gemv_add", b.gu, lw.ffn_sub_norm, lw.down, b.x, hidden),
+        ):
+            self._run(
+                plan.shader(name),
+                [x, g, w.codes, w.scales, y],
+                pack_push("IIfII", w.cols, -(-w.cols // 4), eps, rows, w.words_per_row),
+                (self._provider._groups(rows, plan.rows_per_group), 1, 1),
+                plan.gemv_spec(w.words_per_row, relu2),
+            )
+
     def _dispatch_step(
         self, b: StepBuffers, segments: list[Segment], logits: VulkanArray, stride: int
     ) -> None:
@@ -359,7 +430,11 @@ class VulkanRunner(GenericRunner):
         rope_spec = (ELEMENTWISE_WG, int(cfg.rope_style == "neox"), f16)
         scale = 1.0 / math.sqrt(d)
         act = "silu" if cfg.ffn_activation == "silu" else "relu2"
+        plan = self._layer_plan if t == 1 and len(segments) == 1 else None
         for i, lw in enumerate(w.layers):
+            if plan is not None:
+                self._layer(plan, b, i, segments[0], f16)
+                continue
             self._norm_quant("plain", b.x, lw.attn_norm, b.xq, b.xs, t, hidden)
             self._matmul(self.qkv[i], b.xq, b.xs, b.qkv, t, add=False)
             for s in segments:

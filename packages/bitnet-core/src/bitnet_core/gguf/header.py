@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import GGUFFormatError
+from ..native import load_native
 from .gguf_constants import GGUF_DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUFValueType
 
 MAX_DIMS = 4  # GGML_MAX_DIMS
@@ -129,8 +130,14 @@ class _Cursor:
         return s
 
     def strings(self, n: int, what: str) -> list[str]:
-        """``n`` strings (the hot loop of token lists: no per-item method calls)."""
-        mv, pos, size, out = self.mv, self.pos, self.size, []
+        """``n`` strings (the hot loop of token lists: decoded natively where the native
+        module is built; the loop below reads what it left, naming any failure)."""
+        out: list[str] = []
+        native, _ = load_native()
+        if native is not None and hasattr(native, "gguf_strings"):  # (an older build: no)
+            out, self.pos = native.gguf_strings(self.mv, self.pos, n)
+            n -= len(out)
+        mv, pos, size = self.mv, self.pos, self.size
         unpack = _U64.unpack_from
         for _ in range(n):
             if pos + 8 > size:

@@ -7,6 +7,15 @@ for the whole prefix up to the block's end, not just its own tokens. A new
 sequence looks up its prompt's blocks in order and copies the longest run of
 hits into its own cache (``load``); it then computes only the rest.
 
+Token-granular tails: past its last whole block, a sequence also takes the
+rows its next tokens share with a cached child of that block, whole or
+partial. A row at position ``p`` depends only on tokens ``0..p``, so the
+rows of a shared beginning are valid whatever follows them. A prompt's or
+a finished sequence's last partial block is cached too (as a leaf, dropped
+once a longer block holds its tokens): a repeated prompt reuses all but its
+last token, and requests that share a system prompt ending inside a block
+take its last rows from the first one's block instead of computing them.
+
 Why copies: a sequence's cache is one contiguous ``[capacity, kv_heads,
 head_dim]`` array per layer (what every provider's ``attention`` reads), so
 two sequences cannot point at the same rows. Copying is a device-side
@@ -24,6 +33,8 @@ sequence: a block that finds no room is simply not cached.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -31,18 +42,38 @@ from typing import Any
 
 import numpy as np
 
-#: tokens of one cached block (vLLM's default); a prompt's last partial block is computed again
+#: tokens of one cached block (vLLM's default)
 DEFAULT_BLOCK_TOKENS = 16
+#: prompt tokens a lookup leaves to compute: the logits come from the last, and a chunk of
+#: one token would run the decode attention, whose sums (split over threads) are not
+#: bit-identical to the prompt attention's on the native CPU
+MIN_COMPUTED = 2
 
 
 @dataclass(eq=False)
 class Block:
     key: bytes
     parent: bytes
+    ids: tuple[int, ...]  # the tokens whose rows it holds (fewer than block_tokens: a tail)
     k: list[Any]  # one [block_tokens, kv_heads, head_dim] array per layer
     v: list[Any]
     children: int = 0  # cached blocks whose parent this is (only leaves are evicted)
     pins: int = 0  # copies in progress (never evicted while pinned)
+
+
+@dataclass
+class Match:
+    """A lookup's result: whole cached blocks, then ``tail_tokens`` rows of ``tail``."""
+
+    blocks: list[Block]
+    tail: Block | None = None
+    tail_tokens: int = 0
+
+    def tokens(self, block_tokens: int) -> int:
+        return len(self.blocks) * block_tokens + self.tail_tokens
+
+    def all(self) -> list[Block]:
+        return [*self.blocks, *([self.tail] if self.tail is not None else [])]
 
 
 @dataclass
@@ -65,6 +96,21 @@ def chain_keys(ids: Any, block_tokens: int, parent: bytes = b"") -> list[bytes]:
     return keys
 
 
+def tail_key(parent: bytes, ids: Any) -> bytes:
+    """The key of a partial last block holding ``ids`` after the block ``parent``."""
+    return hashlib.sha256(b"tail" + parent + np.asarray(ids, np.int64).tobytes()).digest()
+
+
+def shared_length(a: Any, b: Any) -> int:
+    """How many leading tokens ``a`` and ``b`` have in common."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class PrefixCache:
     """Blocks of K/V rows keyed by the token prefix they hold, for one runner's ``KVCache``.
 
@@ -79,10 +125,13 @@ class PrefixCache:
         self.provider = runner.provider
         self.block_tokens = block_tokens
         self.blocks: collections.OrderedDict[bytes, Block] = collections.OrderedDict()  # LRU
+        self.child_keys: dict[bytes, dict[bytes, None]] = {}  # parent -> its cached children
         self.stats = PrefixStats()
         self._charged = 0  # KV cache blocks charged for the cached blocks
         self.users = 0  # schedulers sharing it (attach/detach)
         self._shape = (block_tokens, self.kv.kv_heads, self.kv.head_dim)
+        self._threads = max(1, int(getattr(self.provider, "threads", 1) or 1))
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         if getattr(self.kv, "reclaim", None) is not None:
             raise RuntimeError("this runner's KV cache already has a prefix cache")
         self.kv.reclaim = self.reclaim
@@ -96,16 +145,31 @@ class PrefixCache:
         self.kv.used_blocks += want - self._charged
         self._charged = want
 
+    def _add(self, block: Block) -> None:
+        self.blocks[block.key] = block
+        self.child_keys.setdefault(block.parent, {})[block.key] = None
+        if block.parent in self.blocks:
+            self.blocks[block.parent].children += 1
+        self._recharge()
+
+    def _remove(self, b: Block) -> None:
+        """Forget the leaf ``b`` and give its arrays back (the caller recharges)."""
+        del self.blocks[b.key]
+        siblings = self.child_keys.get(b.parent, {})
+        siblings.pop(b.key, None)
+        if not siblings:
+            self.child_keys.pop(b.parent, None)
+        parent = self.blocks.get(b.parent)
+        if parent is not None:
+            parent.children -= 1
+        for a in (*b.k, *b.v):
+            self.runner.pool.release(a)
+
     def _drop_one(self) -> bool:
         """Drop the least recently used unpinned leaf; False when there is none."""
-        for key, b in self.blocks.items():
+        for b in self.blocks.values():
             if b.children == 0 and b.pins == 0:
-                del self.blocks[key]
-                parent = self.blocks.get(b.parent)
-                if parent is not None:
-                    parent.children -= 1
-                for a in (*b.k, *b.v):
-                    self.runner.pool.release(a)
+                self._remove(b)
                 self.stats.evictions += 1
                 return True
         return False
@@ -120,17 +184,12 @@ class PrefixCache:
 
     @property
     def cached_tokens(self) -> int:
-        return len(self.blocks) * self.block_tokens
+        return sum(len(b.ids) for b in self.blocks.values())
 
     def reusable(self, ids: Any) -> int:
         """Tokens of ``ids`` that ``match`` would give now (nothing is marked used)."""
         with self.kv._lock:
-            n = 0
-            for key in chain_keys(list(ids)[: max(len(ids) - 1, 0)], self.block_tokens):
-                if key not in self.blocks:
-                    break
-                n += self.block_tokens
-            return n
+            return self._lookup(ids).tokens(self.block_tokens)
 
     def start(self, seq: Any, ids: Any) -> int:
         """Fill the empty sequence ``seq`` with the longest cached prefix of ``ids`` and count
@@ -141,79 +200,139 @@ class PrefixCache:
         return n
 
     # --- lookups and copies ---------------------------------------------------------------
-    def match(self, ids: Any) -> list[Block]:
-        """The cached blocks of the longest cached prefix of ``ids`` that leaves at least one
-        token to compute (the logits come from it); marks them used."""
+    def _lookup(self, ids: Any) -> Match:
+        ids = list(ids)[: max(len(ids) - MIN_COMPUTED, 0)]
+        found: list[Block] = []
+        parent = b""
+        for key in chain_keys(ids, self.block_tokens):
+            b = self.blocks.get(key)
+            if b is None:
+                break
+            found.append(b)
+            parent = key
+        rest = ids[len(found) * self.block_tokens :]
+        best, best_n = None, 0
+        for key in self.child_keys.get(parent, {}) if rest else ():
+            n = shared_length(self.blocks[key].ids, rest)
+            if n > best_n:
+                best, best_n = self.blocks[key], n
+        return Match(found, best, best_n)
+
+    def match(self, ids: Any) -> Match:
+        """The cached rows of the longest cached prefix of ``ids`` that leaves at least
+        ``MIN_COMPUTED`` tokens to compute; marks the blocks used."""
         with self.kv._lock:
             self.stats.lookups += 1
-            found: list[Block] = []
-            for key in chain_keys(list(ids)[: max(len(ids) - 1, 0)], self.block_tokens):
-                b = self.blocks.get(key)
-                if b is None:
-                    break
-                found.append(b)
-            for b in found:
+            found = self._lookup(ids)
+            for b in found.all():
                 self.blocks.move_to_end(b.key)
             return found
 
-    def load(self, seq: Any, blocks: list[Block]) -> int:
-        """Copy ``blocks`` into the empty sequence ``seq``; the tokens it now holds."""
-        n = len(blocks) * self.block_tokens
-        if not blocks:
+    def load(self, seq: Any, found: Match) -> int:
+        """Copy ``found``'s rows into the empty sequence ``seq``; the tokens it now holds."""
+        n = found.tokens(self.block_tokens)
+        if not n:
             return 0
+        pinned = found.all()
         with self.kv._lock:
-            for b in blocks:
+            for b in pinned:
                 b.pins += 1
             try:
                 seq.reserve(n)  # may reclaim other cached blocks, never these
-                p, bt = self.provider, self.block_tokens
-                for layer in range(self.kv.num_layers):
-                    k, v = seq.layer(layer)
-                    for i, b in enumerate(blocks):
-                        p.kv_store(k, b.k[layer], i * bt)
-                        p.kv_store(v, b.v[layer], i * bt)
+                layers = range(self.kv.num_layers)
+                copy = functools.partial(self._copy_in, seq, found)
+                if self.kv.lazy and self._threads > 1:  # host memory: layers side by side
+                    list(self._pool().map(copy, layers))
+                else:
+                    for layer in layers:
+                        copy(layer)
                 seq.advance(n)
             finally:
-                for b in blocks:
+                for b in pinned:
                     b.pins -= 1
         return n
 
-    def _rows(self, arr: Any, start: int) -> Any:
-        """Rows ``[start, start + block_tokens)`` of a cache array, on its device."""
+    def _copy_in(self, seq: Any, found: Match, layer: int) -> None:
+        """One layer's rows of ``found`` into ``seq``."""
+        p, bt = self.provider, self.block_tokens
+        k, v = seq.layer(layer)
+        for i, b in enumerate(found.blocks):
+            p.kv_store(k, b.k[layer], i * bt)
+            p.kv_store(v, b.v[layer], i * bt)
+        if found.tail is not None:
+            t, m, at = found.tail, found.tail_tokens, len(found.blocks) * bt
+            p.kv_store(k, self._rows(t.k[layer], 0, m), at)
+            p.kv_store(v, self._rows(t.v[layer], 0, m), at)
+
+    def _pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """Threads for host copies: numpy lets the GIL go while it copies, so the pages a
+        sequence touches for the first time fault in on every core."""
+        if self._executor is None:
+            self._executor = concurrent.futures.ThreadPoolExecutor(
+                self._threads, thread_name_prefix="bitnet-prefix-copy"
+            )
+        return self._executor
+
+    def _rows(self, arr: Any, start: int, n: int) -> Any:
+        """Rows ``[start, start + n)`` of a cache array (``n`` <= a block), on its device."""
         if isinstance(arr, np.ndarray):
-            return arr[start : start + self.block_tokens]
-        p, (bt, h, d) = self.provider, self._shape
+            return arr[start : start + n]
+        p, (_, h, d) = self.provider, self._shape
         flat = p.reshape(arr, (int(arr.shape[0]), h * d))
-        rows = p.embedding(flat, np.arange(start, start + bt, dtype=np.int64))
-        return p.reshape(rows, self._shape)
+        rows = p.embedding(flat, np.arange(start, start + n, dtype=np.int64))
+        return p.reshape(rows, (n, h, d))
 
     def store(self, seq: Any, ids: Any) -> int:
-        """Cache the full blocks of ``ids``, the tokens ``seq`` holds from position 0 (those
-        already cached are marked used); the blocks added. Stops where the budget has no
-        room left without evicting a sequence."""
+        """Cache the blocks of ``ids``, the tokens ``seq`` holds from position 0: every whole
+        block, then the partial last one (blocks already cached are marked used); the
+        blocks added. Stops where the budget has no room left without evicting a sequence."""
         ids = list(ids)[: seq.length]
-        added = 0
+        bt, added = self.block_tokens, 0
         with self.kv._lock:
             if not seq.usable:
                 return 0
             parent = b""
-            for i, key in enumerate(chain_keys(ids, self.block_tokens)):
+            keys = chain_keys(ids, bt)
+            for i, key in enumerate(keys):
                 old = self.blocks.get(key)
                 if old is not None:
                     self.blocks.move_to_end(key)
                     parent = key
                     continue
                 if not self._make_room(parent):
-                    break
-                block = self._copy_out(seq, key, parent, i * self.block_tokens)
-                self.blocks[key] = block
-                if parent in self.blocks:
-                    self.blocks[parent].children += 1
-                self._recharge()
+                    return added
+                chunk = tuple(ids[i * bt : (i + 1) * bt])
+                self._drop_covered(parent, chunk)
+                self._add(self._copy_out(seq, key, parent, chunk, i * bt))
                 self.stats.stored_blocks += 1
                 added += 1
                 parent = key
+            tail = tuple(ids[len(keys) * bt :])
+            if tail and not self._covered(parent, tail) and self._make_room(parent):
+                self._drop_covered(parent, tail)
+                key = tail_key(parent, tail)
+                self._add(self._copy_out(seq, key, parent, tail, len(keys) * bt))
+                self.stats.stored_blocks += 1
+                added += 1
         return added
+
+    def _covered(self, parent: bytes, ids: tuple[int, ...]) -> bool:
+        """A cached child of ``parent`` holds ``ids`` (or more): marks it used."""
+        for key in self.child_keys.get(parent, {}):
+            b = self.blocks[key]
+            if b.ids[: len(ids)] == ids:
+                self.blocks.move_to_end(key)
+                return True
+        return False
+
+    def _drop_covered(self, parent: bytes, ids: tuple[int, ...]) -> None:
+        """Drop the partial children of ``parent`` whose tokens ``ids`` begins with: the
+        block about to hold ``ids`` gives the same rows."""
+        for key in list(self.child_keys.get(parent, {})):
+            b = self.blocks[key]
+            if len(b.ids) < len(ids) and ids[: len(b.ids)] == b.ids and b.pins == 0:
+                self._remove(b)
+        self._recharge()
 
     def _make_room(self, parent: bytes) -> bool:
         """Room for one more block within the budget, dropping other cached blocks if
@@ -234,17 +353,19 @@ class PrefixCache:
             if pinned is not None:
                 pinned.pins -= 1
 
-    def _copy_out(self, seq: Any, key: bytes, parent: bytes, start: int) -> Block:
-        p, pool, dtype = self.provider, self.runner.pool, self.kv.dtype
+    def _copy_out(
+        self, seq: Any, key: bytes, parent: bytes, ids: tuple[int, ...], start: int
+    ) -> Block:
+        p, pool, dtype, n = self.provider, self.runner.pool, self.kv.dtype, len(ids)
         ks, vs = [], []
         for layer in range(self.kv.num_layers):
             k, v = seq.layer(layer)
             bk, bv = pool.acquire(self._shape, dtype), pool.acquire(self._shape, dtype)
-            p.kv_store(bk, self._rows(k, start), 0)
-            p.kv_store(bv, self._rows(v, start), 0)
+            p.kv_store(bk, self._rows(k, start, n), 0)
+            p.kv_store(bv, self._rows(v, start, n), 0)
             ks.append(bk)
             vs.append(bv)
-        return Block(key, parent, ks, vs)
+        return Block(key, parent, ids, ks, vs)
 
     def close(self) -> None:
         """Give every block back; the KV cache no longer reclaims through this cache."""
@@ -253,9 +374,13 @@ class PrefixCache:
                 for a in (*b.k, *b.v):
                     self.runner.pool.release(a)
             self.blocks.clear()
+            self.child_keys.clear()
             self._recharge()
             if getattr(self.kv, "reclaim", None) == self.reclaim:
                 self.kv.reclaim = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
+            self._executor = None
 
     def as_dict(self) -> dict:
         s = self.stats

@@ -9,7 +9,9 @@ proxy puts into the request's metadata. ``PrefixAffinityRouter`` (a Ray Serve
 ``RequestRouter``) ranks the replicas by rendezvous hashing of that session
 id: the first is the session's home; when it is full (``max_ongoing_requests``
 requests running), the request goes to the least loaded of the others. A
-request without the header goes to the least loaded replica. A dead replica
+request without the header goes to the least loaded replica, ties broken at
+random (Ray takes the first of equal queues, so an unshuffled list would send
+every such request of an idle deployment to one replica). A dead replica
 leaves the candidates, so its sessions move to their next replica in the
 ranking, and failover stays Ray's.
 """
@@ -17,6 +19,7 @@ ranking, and failover stays Ray's.
 from __future__ import annotations
 
 import hashlib
+import random
 
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
@@ -44,8 +47,8 @@ class PrefixAffinityRouter(RequestRouter):
         if pending_request is not None:
             pending_request.routing_context.should_backoff = True  # all full: wait, then retry
         session = session_of(pending_request)
-        if not session:
-            return [list(candidate_replicas)]  # the lowest queue among them is chosen
+        if not session:  # the lowest queue among them is chosen, the first of equal ones
+            return [random.sample(candidate_replicas, len(candidate_replicas))]
         ranked = sorted(
             candidate_replicas,
             key=lambda r: affinity(session, r.replica_id.unique_id),

@@ -101,9 +101,10 @@ class Scheduler:
 
     With ``prefix_cache`` (the default) a request starts from the longest prefix of
     its prompt whose KV another request computed (``model/prefix_cache.py``): a
-    sequence's prompt blocks are cached once its prefill is done, the rest of its
-    tokens when it finishes. A request whose prompt shares at least a block beyond
-    the cache with a prompt still being computed waits for that one's prefill.
+    sequence's prompt is cached once its prefill is done, the rest of its tokens
+    when it finishes. A request whose prompt shares at least a block's worth of
+    tokens beyond the cache with a prompt still being computed waits for that
+    one's prefill.
     """
 
     def __init__(
@@ -324,18 +325,19 @@ class Scheduler:
         return finished
 
     def _follows(self, job: Job, leaders: list[Job]) -> bool:
-        """True when a prompt being computed shares at least one more cacheable block with
-        ``job``'s than the cache holds now (so ``job`` should wait for it)."""
+        """True when a prompt being computed shares at least a block's worth of tokens more
+        with ``job``'s than the cache holds now (so ``job`` should wait for it; a few shared
+        tokens, a chat template's header, are not worth the wait)."""
         if self.prefix is None or not leaders:
             return False
-        bt, ids = self.prefix.block_tokens, np.asarray(job.prompt_ids)
+        ids = np.asarray(job.prompt_ids)
         best = 0
         for lead in leaders:
             other = np.asarray(lead.prompt_ids[: ids.size])
             n = min(other.size, ids.size - 1)
             diff = np.flatnonzero(ids[:n] != other[:n])
-            best = max(best, (int(diff[0]) if diff.size else n) // bt * bt)
-        return best > 0 and best > self.prefix.reusable(job.prompt_ids)
+            best = max(best, int(diff[0]) if diff.size else n)
+        return best - self.prefix.reusable(job.prompt_ids) >= self.prefix.block_tokens
 
     def _run(self) -> None:
         while True:

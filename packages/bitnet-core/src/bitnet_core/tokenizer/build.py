@@ -17,6 +17,7 @@ parsed, as in llama.cpp.
 
 from __future__ import annotations
 
+import numpy as np
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
@@ -28,22 +29,22 @@ SPACE = "\u2581"  # SentencePiece's visible space
 
 
 def _added_tokens(spec: VocabSpec) -> tuple[list[AddedToken], list[AddedToken]]:
-    special, user = [], []
-    for text, kind in zip(spec.tokens, spec.token_types, strict=True):
-        if kind in (TokenType.CONTROL, TokenType.UNKNOWN):
-            special.append(AddedToken(text, special=True, normalized=False))
-        elif kind == TokenType.USER_DEFINED:
-            user.append(AddedToken(text, special=False, normalized=False))
+    kinds = np.asarray(spec.token_types, dtype=np.int64)  # (128k tokens: no Python loop)
+    special_ids = np.flatnonzero((kinds == TokenType.CONTROL) | (kinds == TokenType.UNKNOWN))
+    user_ids = np.flatnonzero(kinds == TokenType.USER_DEFINED)
+    special = [AddedToken(spec.tokens[i], special=True, normalized=False) for i in special_ids]
+    user = [AddedToken(spec.tokens[i], special=False, normalized=False) for i in user_ids]
     return special, user
 
 
 def _vocab(spec: VocabSpec) -> dict[str, int]:
-    return {text: i for i, text in enumerate(spec.tokens)}
+    return dict(zip(spec.tokens, range(len(spec.tokens)), strict=True))
 
 
 def build_gpt2(spec: VocabSpec) -> HFTokenizer:
     pre = pre_tokenizer_for(spec.pre)
     vocab = _vocab(spec)
+    # checked here: ``tokenizers`` panics (a Rust backtrace, then BaseException) on some
     for a, b in spec.merges:
         if a not in vocab or b not in vocab or a + b not in vocab:
             raise TokenizerError(
@@ -51,7 +52,7 @@ def build_gpt2(spec: VocabSpec) -> HFTokenizer:
             )
     try:
         model = models.BPE(
-            vocab=vocab, merges=list(spec.merges), ignore_merges=pre.ignore_merges, fuse_unk=False
+            vocab=vocab, merges=spec.merges, ignore_merges=pre.ignore_merges, fuse_unk=False
         )
     except Exception as exc:
         raise TokenizerError(f"tokenizer metadata: cannot build the BPE model: {exc}") from exc

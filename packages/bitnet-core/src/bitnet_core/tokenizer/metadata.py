@@ -80,7 +80,7 @@ def _numbers(value: object, key: str, n: int, kind: type) -> list:
         )
     if kind is int and arr.dtype.kind == "f":
         raise TokenizerError(f"tokenizer metadata: {key} must hold integers")
-    return [kind(x) for x in arr[:n].tolist()]
+    return arr[:n].astype(np.int64 if kind is int else np.float64).tolist()
 
 
 def _scalar_id(meta: Mapping, key: str, default: int | None, n: int) -> int | None:
@@ -158,14 +158,16 @@ class VocabSpec:
         if n == 0:
             raise TokenizerError(f"tokenizer metadata: {KEY_TOKENS} is empty")
         # llama.cpp renames empty tokens so that every text is a distinct key.
-        tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
-        seen: dict[str, int] = {}
-        for i, t in enumerate(tokens):
-            if t in seen:
-                raise TokenizerError(
-                    f"tokenizer metadata: duplicate token {t!r} (ids {seen[t]} and {i})"
-                )
-            seen[t] = i
+        if "" in tokens:
+            tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
+        if len(set(tokens)) != n:  # (the loop only to name the first duplicate)
+            seen: dict[str, int] = {}
+            for i, t in enumerate(tokens):
+                if t in seen:
+                    raise TokenizerError(
+                        f"tokenizer metadata: duplicate token {t!r} (ids {seen[t]} and {i})"
+                    )
+                seen[t] = i
         token_types = (
             _numbers(meta[KEY_TOKEN_TYPE], KEY_TOKEN_TYPE, n, int)
             if KEY_TOKEN_TYPE in meta

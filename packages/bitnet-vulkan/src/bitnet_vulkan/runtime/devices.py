@@ -130,6 +130,7 @@ def query(instance: Any) -> list[DeviceInfo]:
             "max_workgroup_count_x": int(lim.maxComputeWorkGroupCount[0]),
             "max_workgroup_count_y": int(lim.maxComputeWorkGroupCount[1]),
             "max_shared_memory": int(lim.maxComputeSharedMemorySize),
+            "max_storage_buffers_per_stage": int(lim.maxPerStageDescriptorStorageBuffers),
             "min_storage_buffer_offset_alignment": int(lim.minStorageBufferOffsetAlignment),
         }
         out.append(
