@@ -578,6 +578,8 @@ class WebGPURunner(GenericRunner):
         eps = np.float32(cfg.rms_norm_eps).view(u32)
         lanes = 1 if dev.rows_layout else LAYER_LANES
         dot4 = frozenset({"DOT4"}) if dev.dot4 else frozenset()
+        if dev.rows_layout:
+            dot4 |= {"ROWS"}
         attend = np.zeros(16, u32)
         attend[:10] = (hidden, q8_words(hidden), 0, eps, lanes, hq, hkv, d, cfg.rot_dim, 0)
         attend[9] = 0 if cfg.rope_style == "neox" else 1
@@ -588,7 +590,7 @@ class WebGPURunner(GenericRunner):
         def gemv(w: Any, xin: Any, g: GpuArray, k: int, y: Any, act: int | None) -> None:
             rows = w.rows // 2 if act is not None else w.rows
             params = np.array([rows, k, q8_words(k), w.kw16, eps, lanes, act or 0, 0], u32)
-            groups = -(-rows // (256 // lanes))
+            groups = -(-rows // (256 // lanes // (2 if act is not None else 1)))
             defines = dot4 | ({"ACT"} if act is not None else set())
             pb.add(
                 "norm_gemv", params, [xin, g.buffer, w.words, w.scales, y], (groups, 1, 1), defines

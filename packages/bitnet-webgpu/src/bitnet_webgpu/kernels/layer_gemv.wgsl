@@ -24,19 +24,26 @@ fn norm_quant_local(tid: u32, n: u32, kw: u32, eps: f32) -> LocalRow {
     return LocalRow(sc, total);
 }
 
+// Word wi of weight row r (16 codes) dotted with xl's words 4 wi .. 4 wi + 3.
+fn word_dot(r: u32, kw16: u32, wi: u32) -> i32 {
+    let word = w[r * kw16 + wi];
+    return dot4(xl[wi * 4u], word & 0x03030303u) + dot4(xl[wi * 4u + 1u], (word >> 2u) & 0x03030303u)
+        + dot4(xl[wi * 4u + 2u], (word >> 4u) & 0x03030303u)
+        + dot4(xl[wi * 4u + 3u], (word >> 6u) & 0x03030303u);
+}
+
 // The int dot product of weight row r with xl, `lanes` invocations a row (this
 // one's `lane`, its sums met through redi): valid on lane 0. Every invocation
-// calls it with the same lanes (live: the row exists).
+// calls it with the same lanes (live: the row exists). ROWS (CPU-like adapters):
+// one invocation a row (lanes 1), its loop the same for every invocation.
 fn row_dot(tid: u32, r: u32, live: bool, kw16: u32, lane: u32, lanes: u32) -> i32 {
     var acc = 0;
+#ifdef ROWS
+    let rr = select(0u, r, live);
+    for (var wi = 0u; wi < kw16; wi++) { acc += word_dot(rr, kw16, wi); }
+#else
     if (live) {
-        for (var wi = lane; wi < kw16; wi += lanes) {
-            let word = w[r * kw16 + wi];
-            acc += dot4(xl[wi * 4u], word & 0x03030303u);
-            acc += dot4(xl[wi * 4u + 1u], (word >> 2u) & 0x03030303u);
-            acc += dot4(xl[wi * 4u + 2u], (word >> 4u) & 0x03030303u);
-            acc += dot4(xl[wi * 4u + 3u], (word >> 6u) & 0x03030303u);
-        }
+        for (var wi = lane; wi < kw16; wi += lanes) { acc += word_dot(r, kw16, wi); }
     }
     if (lanes > 1u) {
         redi[tid] = acc;
@@ -46,6 +53,7 @@ fn row_dot(tid: u32, r: u32, live: bool, kw16: u32, lane: u32, lanes: u32) -> i3
         }
         workgroupBarrier();
     }
+#endif
     return acc;
 }
 
