@@ -133,6 +133,42 @@ def layer_fits(cfg: Any) -> str | None:
     return None
 
 
+def layer_lanes(dev: Device) -> tuple[int, frozenset[str]]:
+    """Invocations a row of the four-launch layer's matmuls on ``dev``, and the defines of
+    its shaders (``ROWS``: one a row, on CPU-like adapters; ``DOT4``)."""
+    defines = frozenset({"DOT4"}) if dev.dot4 else frozenset()
+    if dev.rows_layout:
+        return 1, defines | {"ROWS"}
+    return LAYER_LANES, defines
+
+
+def qkv_attend_params(cfg: Any, splits: int, lanes: int) -> np.ndarray:
+    """``qkv_attend.wgsl``'s parameters for a model of ``cfg``, ``splits`` key splits."""
+    u32, d = np.uint32, cfg.head_dim
+    params = np.zeros(16, u32)
+    params[:3] = (cfg.hidden_size, q8_words(cfg.hidden_size), q8_words(cfg.hidden_size) // 4)
+    params[3] = np.float32(cfg.rms_norm_eps).view(u32)
+    params[4:10] = (lanes, cfg.num_heads, cfg.num_kv_heads, d, cfg.rot_dim, 0)
+    params[9] = 0 if cfg.rope_style == "neox" else 1
+    params[10] = np.float32(math.log2(cfg.rope_theta)).view(u32)
+    params[11] = splits
+    params[12] = np.float32(1.0 / math.sqrt(d)).view(u32)
+    return params
+
+
+def norm_gemv_launch(
+    rows: int, kw16: int, k: int, eps: float, lanes: int, act: int | None
+) -> tuple[np.ndarray, tuple[int, int, int], frozenset[str]]:
+    """``norm_gemv.wgsl``'s parameters, grid and defines for a weight of ``rows`` rows over
+    ``k`` inputs: ``y += W x`` (act None), or ``y = act(gate x) * (up x)`` of W = gate|up
+    (act 0 silu, 1 relu^2)."""
+    n = rows if act is None else rows // 2
+    eps_bits = np.float32(eps).view(np.uint32)
+    params = np.array([n, k, q8_words(k), kw16, eps_bits, lanes, act or 0, 0], np.uint32)
+    per_group = 256 // lanes // (1 if act is None else 2)
+    return params, (-(-n // per_group), 1, 1), frozenset() if act is None else frozenset({"ACT"})
+
+
 class StepBuffers:
     """Every buffer a step of ``n`` one-token sequences writes, made once per batch size.
 
@@ -571,38 +607,27 @@ class WebGPURunner(GenericRunner):
         self, pb: PlanBuilder, cache: Sequence, b: StepBuffers, splits: int, cache_defs: frozenset
     ) -> None:
         """One token's layers in four dispatches each (``qkv_attend``, ``norm_gemv`` x 3)."""
-        cfg, dev = self.config, self.dev
-        u32 = np.uint32
-        hidden, hq, hkv, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        f, qdim = cfg.intermediate_size, hq * d
-        eps = np.float32(cfg.rms_norm_eps).view(u32)
-        lanes = 1 if dev.rows_layout else LAYER_LANES
-        dot4 = frozenset({"DOT4"}) if dev.dot4 else frozenset()
-        if dev.rows_layout:
-            dot4 |= {"ROWS"}
-        attend = np.zeros(16, u32)
-        attend[:10] = (hidden, q8_words(hidden), 0, eps, lanes, hq, hkv, d, cfg.rot_dim, 0)
-        attend[9] = 0 if cfg.rope_style == "neox" else 1
-        attend[10] = np.float32(math.log2(cfg.rope_theta)).view(u32)
-        attend[11] = splits
-        attend[12] = np.float32(1.0 / math.sqrt(d)).view(u32)
-
-        def gemv(w: Any, xin: Any, g: GpuArray, k: int, y: Any, act: int | None) -> None:
-            rows = w.rows // 2 if act is not None else w.rows
-            params = np.array([rows, k, q8_words(k), w.kw16, eps, lanes, act or 0, 0], u32)
-            groups = -(-rows // (256 // lanes // (2 if act is not None else 1)))
-            defines = dot4 | ({"ACT"} if act is not None else set())
-            pb.add(
-                "norm_gemv", params, [xin, g.buffer, w.words, w.scales, y], (groups, 1, 1), defines
-            )
-
+        cfg = self.config
+        lanes, defines = layer_lanes(self.dev)
+        attend = qkv_attend_params(cfg, splits, lanes)
         act = 0 if cfg.ffn_activation == "silu" else 1
         for i, lw in enumerate(self.layers):
             kc, vc = cache.layer(i)
-            attend[2] = lw.qkv.kw16
             bufs = [b.x, lw.attn_norm.buffer, lw.qkv.words, lw.qkv.scales, b.inp]
             bufs += [kc.buffer, vc.buffer, b.att]
-            pb.add("qkv_attend", attend.copy(), bufs, (hq, 1, 1), cache_defs | dot4)
-            gemv(lw.o, b.att, lw.attn_sub_norm, qdim, b.x, None)
-            gemv(lw.gate_up, b.x, lw.ffn_norm, hidden, b.f, act)
-            gemv(lw.down, b.f, lw.ffn_sub_norm, f, b.x, None)
+            pb.add("qkv_attend", attend, bufs, (cfg.num_heads, 1, 1), cache_defs | defines)
+            for w, xin, g, k, y, a in (
+                (lw.o, b.att, lw.attn_sub_norm, cfg.num_heads * cfg.head_dim, b.x, None),
+                (lw.gate_up, b.x, lw.ffn_norm, cfg.hidden_size, b.f, act),
+                (lw.down, b.f, lw.ffn_sub_norm, cfg.intermediate_size, b.x, None),
+            ):
+                params, groups, acts = norm_gemv_launch(
+                    w.rows, w.kw16, k, cfg.rms_norm_eps, lanes, a
+                )
+                pb.add(
+                    "norm_gemv",
+                    params,
+                    [xin, g.buffer, w.words, w.scales, y],
+                    groups,
+                    defines | acts,
+                )
