@@ -105,11 +105,14 @@ def test_a_decode_step_is_one_submission_and_records_nothing_new(monkeypatch):
     assert trace.kernels["qkv_attend"] == CFG.num_layers
 
 
+@pytest.mark.parametrize("layout", ["rows", "groups"])
 @pytest.mark.parametrize("kv", ["float32", "float16"])
-def test_four_dispatches_a_layer_give_the_tens_logits_bit_for_bit(monkeypatch, kv):
+def test_four_dispatches_a_layer_give_the_tens_logits_bit_for_bit(monkeypatch, kv, layout):
     """BITNET_WEBGPU_LAYER=0 runs one token's layer in the ten dispatches batched steps
     run: every prompt position's and every greedy step's logits the same bits, past three
-    KV-capacity crossings, with up to nine key splits (7 keys a split)."""
+    KV-capacity crossings, with up to nine key splits (7 keys a split), in both matmul
+    layouts (an invocation a row, CPU adapters; 16 a row, GPUs)."""
+    monkeypatch.setenv("BITNET_WEBGPU_LAYOUT", layout)
     runs = []
     for layer, per_layer in (("1", 4), ("0", 10)):
         monkeypatch.setenv("BITNET_WEBGPU_LAYER", layer)
