@@ -10,10 +10,12 @@
    host time is in them (timing the provider's op per call measures Python's
    dispatch, 30-50 us, not the GPU); weight bytes / time as a fraction of (1);
 3. decode tokens/s of a random model of 2B-4T shape through ``bitnet_core``
-   on the ``cuda`` provider, three engines measured in turn on the same
+   on the ``cuda`` provider, four engines measured in turn on the same
    weights: ``graphs`` (``CudaRunner``, decode steps replayed from CUDA
-   graphs: what ``bitnet run`` uses), ``fused`` (the same kernels launched
-   one by one) and ``generic`` (the provider's ops, ~25 launches a layer);
+   graphs, four kernels a layer: what ``bitnet run`` uses), ``graphs-ten``
+   (the same with ten kernels a layer, ``BITNET_CUDA_LAYER=0``), ``fused``
+   (the four-kernel layer launched one by one) and ``generic`` (the
+   provider's ops, ~25 launches a layer); ms a token of each to stderr;
    against the floor (all weight bytes a token reads / copy bandwidth) and
    against PyTorch bf16 decode of the same layer shapes (matmuls only, CUDA
    graph), when torch with CUDA is importable.
@@ -173,12 +175,13 @@ def decode_tokens_per_s(provider, layers: int, tokens: int) -> dict:
     weights = random_2b4t_weights(layers)
     per_layer = (2560 * 2560 * 2 + 640 * 2560 * 2 + 6912 * 2560 * 3) // 4
     out: dict = {"weight_bytes": layers * per_layer + 128256 * 2560 * 2}
-    for engine in ("graphs", "fused", "generic"):
+    for engine in ("graphs", "graphs-ten", "fused", "generic"):
         if engine == "generic":
             backend = GenericRunner(provider, weights, progress=False)
         else:
             backend = CudaRunner(provider, weights, progress=False)
-            backend.use_graphs = engine == "graphs"
+            backend.use_graphs = engine != "fused"
+            backend.layer_kernels = backend.layer_kernels and engine != "graphs-ten"
         seq = backend.new_cache()
         backend.forward(np.arange(1, 9), seq)
         for i in range(4):  # warm-up: module loads, graph capture
@@ -188,6 +191,7 @@ def decode_tokens_per_s(provider, layers: int, tokens: int) -> dict:
             backend.forward(np.array([i % 1000 + 1]), seq)
         s = (time.perf_counter() - t0) / tokens
         out[engine] = {"seconds_per_token": s, "tokens_per_s": 1 / s}
+        print(f"decode {engine:>10}: {s * 1e3:8.3f} ms a token", file=sys.stderr)
         seq.close()
         del backend
         provider.cp.get_default_memory_pool().free_all_blocks()

@@ -17,6 +17,16 @@ kernels of ``kernels/bitnet_kernels.cu`` (after "fused decode step")::
     act_norm_quant               -> act(gate) * up, ffn_sub_norm, int8
     matmul_i2s_add               -> x += down(...)
 
+A decode step of one sequence takes four kernels a layer instead
+(``BITNET_CUDA_LAYER=0`` keeps the ten; the same logits, bit for bit)::
+
+    qkv_attend     norm + int8, q|k|v rows of whole heads, rope, KV store, attention
+    norm_gemv_add  norm + int8 of the attention, o, x += o
+    norm_gemv_act  norm + int8 of x, gate|up, act(gate) * up
+    norm_gemv_add  norm + int8 of that, down, x += down
+
+Prefill and batched steps keep the ten.
+
 The token ids and the position are read from device buffers, so a decode
 step (one token) touches the same addresses at every position: it is
 captured once in a CUDA graph per KV cache layout (the cache's arrays change
@@ -64,9 +74,12 @@ MAX_D = 256  # kernels' MAXD: head_dim limit of attn_split
 MAX_PARTS = 4096  # kernels' MAX_PARTS: heads x splits
 MAX_SPLITS = 64  # kernels' MAX_SPLITS: splits of a head
 MAX_GRAPHS = 8  # captured decode steps kept (least recently used dropped)
+LAYER_MAX_KP = 16384  # kernels' LAYER_MAX_KP: the four-launch layer's longest int8 row
 
 #: launches one layer's rope + KV store and attention: ``attend(layer index, layer)``
 Attend = Callable[[int, FusedLayer], None]
+#: launches every kernel of one layer: ``layer(layer index, layer)``
+LayerLaunch = Callable[[int, FusedLayer], None]
 
 
 def padded_cols(k: int) -> int:
@@ -182,6 +195,8 @@ class CudaRunner(GenericRunner):
 
     #: cache capacity per split of the decode attention (fewer: more, shorter splits)
     keys_per_split = 16
+    #: GEMV rows a block of the four-launch layer (each block norms the whole input)
+    layer_rows = 16
 
     def __init__(self, provider: CudaProvider, weights: Any, **opts: Any) -> None:
         super().__init__(provider, weights, **opts)
@@ -190,6 +205,11 @@ class CudaRunner(GenericRunner):
         fits = cfg.head_dim <= MAX_D and cfg.num_heads <= MAX_PARTS
         self.fused = self.quantize_activations and fits
         self.use_graphs = env_enabled("BITNET_CUDA_GRAPHS")
+        # one token's decode layer in four kernels (its int8 rows held in shared memory)
+        widest = max(cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.intermediate_size)
+        self.layer_kernels = (
+            env_enabled("BITNET_CUDA_LAYER") and padded_cols(widest) <= LAYER_MAX_KP
+        )
         self._graphs: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._warm: set[tuple[Any, ...]] = set()  # layouts whose step ran once without a graph
         self._decode_bufs: StepBuffers | None = None
@@ -256,7 +276,7 @@ class CudaRunner(GenericRunner):
         else:
             b = StepBuffers(self.cp, self.config, t, t if all_logits else 1)
             self._set_inputs(b, ids, start)
-            self._launch_step(b, self._prefill_attention(b, cache, start))
+            self._launch_step(b, self._ten(b, self._prefill_attention(b, cache, start)))
             logits = self._download(b)
         cache.advance(t)
         return logits if all_logits else logits[-1]
@@ -267,7 +287,8 @@ class CudaRunner(GenericRunner):
         b = self._decode_bufs
         self._set_inputs(b, ids, start)
         splits = split_count(int(cache.k[0].shape[0]), self.config.num_heads, self.keys_per_split)
-        self._run_step(self._decode_key(cache, splits), b, self._decode_attention(b, cache, splits))
+        key = (self.layer_kernels, *self._decode_key(cache, splits))
+        self._run_step(key, b, self._decode_layer(b, cache, splits))
         return self._download(b)
 
     def _decode_key(self, cache: Sequence, splits: int) -> tuple[Any, ...]:
@@ -323,19 +344,20 @@ class CudaRunner(GenericRunner):
             self._set_inputs(b, ids, start)
             capacity = int(cache.k[0].shape[0])
             splits = split_count(capacity, self.config.num_heads, self.keys_per_split)
-            attend = self._decode_attention(b, cache, splits)
+            layer = self._decode_layer(b, cache, splits)
             vocab = np.int32(self.config.vocab_size)
             choose = (vocab,) if sampling is None else (vocab, *sampling.args())
 
             def steps() -> None:
                 for j in range(k):
-                    self._launch_step(b, attend)
+                    self._launch_step(b, layer)
                     args = (b.logits, *choose, b.ids, b.pos, ring, np.int32(j))
                     name = "argmax_next" if sampling is None else "sample_next"
                     self._fn[name]((1,), (NORM_THREADS,), args)
 
-            key = ("greedy" if sampling is None else sampling, k, *self._decode_key(cache, splits))
-            self._run_step(key, b, attend, steps)
+            how = "greedy" if sampling is None else sampling
+            key = (how, k, self.layer_kernels, *self._decode_key(cache, splits))
+            self._run_step(key, b, layer, steps)
             ring.get(stream=self.stream, out=host_ring)
             self.stream.synchronize()
             out = [int(t) for t in host_ring]
@@ -392,7 +414,7 @@ class CudaRunner(GenericRunner):
         dtype = caches[0].k[0].dtype  # one runner, one cache dtype
         # the caches are data (their addresses in b.kv_addresses): one graph a batch size
         key = ("seqs", n, splits, str(dtype))
-        self._run_step(key, b, self._batch_attention(b, splits, dtype == np.float16))
+        self._run_step(key, b, self._ten(b, self._batch_attention(b, splits, dtype == np.float16)))
         return self._download(b)
 
     def _set_inputs(self, b: StepBuffers, ids: np.ndarray, start: int) -> None:
@@ -412,12 +434,12 @@ class CudaRunner(GenericRunner):
         self,
         key: tuple[Any, ...],
         b: StepBuffers,
-        attend: Attend,
+        layer: LayerLaunch,
         launch: Callable[[], None] | None = None,
     ) -> None:
         """A decode step (or ``launch``: several, decode_greedy's): its captured graph for
         ``key`` (captured on first use), or the kernels launched as they are."""
-        launch = launch or (lambda: self._launch_step(b, attend))
+        launch = launch or (lambda: self._launch_step(b, layer))
         graph = self._graph(key, launch) if self.use_graphs else None
         if graph is not None:
             graph.launch(self.stream)
@@ -462,30 +484,78 @@ class CudaRunner(GenericRunner):
         return graph
 
     # --- the kernels of one forward pass ------------------------------------------------
-    def _launch_step(self, b: StepBuffers, attend: Attend) -> None:
-        """Every kernel of a forward pass of ``b.t`` tokens; ``attend(i, lw)`` launches layer
-        ``i``'s rope + KV store and attention, leaving its int8 output in ``b.aq``."""
-        cfg, fn, i32, f32 = self.config, self._fn, np.int32, np.float32
-        t, hidden, eps = b.t, cfg.hidden_size, f32(cfg.rms_norm_eps)
-        f = cfg.intermediate_size
+    def _launch_step(self, b: StepBuffers, layer: LayerLaunch) -> None:
+        """Every kernel of a forward pass of ``b.t`` tokens: the embedding, ``layer(i, lw)``
+        for each layer (``_ten`` or ``_four``), the output norm and the head."""
+        cfg, fn, i32 = self.config, self._fn, np.int32
+        t, hidden, eps = b.t, cfg.hidden_size, np.float32(cfg.rms_norm_eps)
         vocab, done = i32(self._emb.shape[0]), (b.done, i32(b.done.shape[0]))
         embed_args = (self._emb, b.ids, b.x, i32(hidden), i32(self._emb_stride), vocab, *done)
         fn[f"embed_{self._emb_kind}"]((t,), (NORM_THREADS,), embed_args)
         for i, lw in enumerate(self.layers):
+            layer(i, lw)
+        rows = int(b.head_x.shape[0])
+        norm_args = (b.x[t - rows :], self.weights.output_norm, b.head_x, i32(hidden), eps)
+        fn["rmsnorm"]((rows,), (NORM_THREADS,), norm_args)
+        self._provider.launch_dense(self._head, b.head_x, b.logits, rows)
+
+    def _ten(self, b: StepBuffers, attend: Attend) -> LayerLaunch:
+        """A layer of ``b.t`` tokens in ten kernels; ``attend(i, lw)`` launches layer ``i``'s
+        rope + KV store and attention, leaving its int8 output in ``b.aq``."""
+        cfg, fn, i32 = self.config, self._fn, np.int32
+        t, hidden, eps = b.t, cfg.hidden_size, np.float32(cfg.rms_norm_eps)
+        act_args = (i32(cfg.intermediate_size), i32(b.fq.shape[1]), i32(self._act), eps)
+
+        def layer(i: int, lw: FusedLayer) -> None:
             self._norm_quant(b.x, lw.attn_norm, b.xq, b.xs, b.xsum, t, hidden, eps)
             self._matmul(lw.qkv, b.xq, b.xs, b.xsum, b.qkv, t, add=False)
             attend(i, lw)
             self._matmul(lw.o, b.aq, b.as_, b.asum, b.x, t, add=True)
             self._norm_quant(b.x, lw.ffn_norm, b.xq, b.xs, b.xsum, t, hidden, eps)
             self._matmul(lw.gate_up, b.xq, b.xs, b.xsum, b.gu, t, add=False)
-            act_args = (i32(f), i32(b.fq.shape[1]), i32(self._act), eps)
             act_out = (b.f, lw.ffn_sub_norm, b.fq, b.fs, b.fsum)
             fn["act_norm_quant"]((t,), (NORM_THREADS,), (b.gu, *act_out, *act_args))
             self._matmul(lw.down, b.fq, b.fs, b.fsum, b.x, t, add=True)
-        rows = int(b.head_x.shape[0])
-        norm_args = (b.x[t - rows :], self.weights.output_norm, b.head_x, i32(hidden), eps)
-        fn["rmsnorm"]((rows,), (NORM_THREADS,), norm_args)
-        self._provider.launch_dense(self._head, b.head_x, b.logits, rows)
+
+        return layer
+
+    def _decode_layer(self, b: StepBuffers, cache: Sequence, splits: int) -> LayerLaunch:
+        """One token's layer: four kernels (``layer_kernels``), else the ten."""
+        if self.layer_kernels:
+            return self._four(b, cache, splits)
+        return self._ten(b, self._decode_attention(b, cache, splits))
+
+    def _four(self, b: StepBuffers, cache: Sequence, splits: int) -> LayerLaunch:
+        """One token's layer at position ``b.pos`` in four kernels (kernels' "four launches"):
+        qkv_attend (a block a query head), then norm_gemv_add (o), norm_gemv_act (gate|up)
+        and norm_gemv_add (down), ``layer_rows`` rows a block."""
+        cfg, fn, i32 = self.config, self._fn, np.int32
+        hidden, hq, d, f = cfg.hidden_size, cfg.num_heads, cfg.head_dim, cfg.intermediate_size
+        eps, scale = np.float32(cfg.rms_norm_eps), np.float32(1.0 / math.sqrt(d))
+        attend = fn["qkv_attend_f16" if cache.k[0].dtype == np.float16 else "qkv_attend"]
+        geometry = (*self._rope, i32(splits), scale, eps)
+        rows, block = self.layer_rows, (NORM_THREADS,)
+
+        def weights(w: Any, k: int) -> tuple[Any, ...]:
+            """A GEMV's weight arguments and sizes: k input values, kw4 16-byte words a row."""
+            return (w.words, w.scales), (i32(k), i32(int(w.words.shape[1]) // 4))
+
+        def layer(i: int, lw: FusedLayer) -> None:
+            kc, vc = cache.layer(i)
+            w, sizes = weights(lw.qkv, hidden)
+            args = (b.x, lw.attn_norm, *w, *sizes, b.pos, kc, vc, b.part_m, b.part_l)
+            attend((hq,), block, (*args, b.part_acc, b.att, *geometry))
+            w, sizes = weights(lw.o, hq * d)
+            args = (b.att, lw.attn_sub_norm, *w, b.x, i32(hidden), *sizes, i32(rows), eps)
+            fn["norm_gemv_add"]((-(-hidden // rows),), block, args)
+            w, sizes = weights(lw.gate_up, hidden)
+            args = (b.x, lw.ffn_norm, *w, b.f, i32(f), *sizes, i32(rows), i32(self._act), eps)
+            fn["norm_gemv_act"]((-(-f // rows),), block, args)
+            w, sizes = weights(lw.down, f)
+            args = (b.f, lw.ffn_sub_norm, *w, b.x, i32(hidden), *sizes, i32(rows), eps)
+            fn["norm_gemv_add"]((-(-hidden // rows),), block, args)
+
+        return layer
 
     def _prefill_attention(self, b: StepBuffers, cache: Sequence, start: int) -> Attend:
         """Layer attention of ``b.t`` prompt tokens from ``start`` (causal, over the cache)."""

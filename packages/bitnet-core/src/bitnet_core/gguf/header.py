@@ -134,7 +134,7 @@ class _Cursor:
         module is built; the loop below reads what it left, naming any failure)."""
         out: list[str] = []
         native, _ = load_native()
-        if native is not None:
+        if native is not None and hasattr(native, "gguf_strings"):  # (an older build: no)
             out, self.pos = native.gguf_strings(self.mv, self.pos, n)
             n -= len(out)
         mv, pos, size = self.mv, self.pos, self.size

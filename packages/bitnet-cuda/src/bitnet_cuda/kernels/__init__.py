@@ -57,6 +57,10 @@ KERNELS = (
     "attn_split_seqs",
     "attn_split_seqs_f16",
     "attn_combine_norm_quant",
+    "qkv_attend",
+    "qkv_attend_f16",
+    "norm_gemv_add",
+    "norm_gemv_act",
     "argmax_next",
     "sample_next",
 )

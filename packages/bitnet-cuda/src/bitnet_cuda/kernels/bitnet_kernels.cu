@@ -114,6 +114,12 @@ extern "C" __global__ void quantize_act(const float* __restrict__ x, int8_t* __r
                  red);
 }
 
+// A ternary product's float value from its int32 dot (codes value + 1) with the int8 row
+// of sum xsum and scale xscale: every matmul's epilogue, so every kernel rounds alike.
+__device__ __forceinline__ float i2s_value(int dot, int xsum, float wscale, float xscale) {
+    return (float)(dot - xsum) * wscale / xscale;
+}
+
 // One row's outputs for tokens t0 .. t0 + tcount from each lane's int32 partial dots:
 // warp-summed, then y[t, row] (+)= (dot - xsum[t]) * wscale[row] / xscale[t] (lane 0).
 template <bool ADD>
@@ -128,7 +134,7 @@ __device__ __forceinline__ void i2s_store_row(const int (&acc)[MAXT], int lane, 
         const int total = warp_sum_i(acc[tt]);
         if (lane == 0) {
             const int t = t0 + tt;
-            const float v = (float)(total - xsum[t]) * ws / xscale[t];
+            const float v = i2s_value(total, xsum[t], ws, xscale[t]);
             y[(size_t)t * n + row] = ADD ? y[(size_t)t * n + row] + v : v;
         }
     }
@@ -329,7 +335,7 @@ __device__ void matmul_i2s_mma_body(const uint32_t* __restrict__ w, const float*
             const int row = row0 + g + (r >= 2 ? 8 : 0);
             const int t = tok0 + j * 8 + 2 * c + (r & 1);
             if (row < n && t < t_total) {
-                const float v = (float)(acc[j][r] - xsum[t]) * wscale[row] / xscale[t];
+                const float v = i2s_value(acc[j][r], xsum[t], wscale[row], xscale[t]);
                 y[(size_t)t * n + row] = ADD ? y[(size_t)t * n + row] + v : v;
             }
         }
@@ -864,15 +870,24 @@ extern "C" __global__ void rope_store_seqs_f16(const float* __restrict__ qkv,
 // Each block writes its max, sum of exponentials and unnormalized output [d] to part_*;
 // attn_combine_norm_quant merges the splits. d <= MAXD; blockDim.x a multiple of 32 up
 // to ATTN_BLOCK (the runner launches 128: 4 warps; more is refused by the launch bounds).
+// The current key: row `cur` of the cache read from kcur / vcur (a block's own copy)
+// instead; cur < 0: every row from the cache.
 template <typename KV>
-__device__ void attn_split_body(const float* __restrict__ q, const KV* __restrict__ kc,
-                                const KV* __restrict__ vc, int n,
-                                float* __restrict__ part_m, float* __restrict__ part_l,
-                                float* __restrict__ part_acc, int hq, int hkv, int d, int splits,
-                                float scale) {
-    __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS], sacc[ATTN_WARPS][MAXD];
-    const int h = blockIdx.x, split = blockIdx.y;
-    const int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP, warps = blockDim.x / WARP;
+struct KeyRows {
+    const KV* kc;
+    const KV* vc;
+    const KV* kcur;
+    const KV* vcur;
+    int cur;
+};
+// Split `split` of `splits` over keys 0..n-1 for query head h (q: its d values) by
+// `warps` warps of which this thread is warp wid: each warp's online softmax into
+// sm / sl / sacc [warps][MAXD] (shared); attn_split_merge, after a barrier, merges them.
+template <typename KV>
+__device__ void attn_split_warps(const float* q, KeyRows<KV> keys, int n, int h, int split,
+                                 int hq, int hkv, int d, int splits, float scale, int wid,
+                                 int warps, float* sm, float* sl, float (*sacc)[MAXD]) {
+    const int lane = threadIdx.x % WARP;
     const int kvh = h / (hq / hkv);
     const int chunk = (n + splits - 1) / splits;
     const int s0 = split * chunk, s1 = min(n, s0 + chunk);
@@ -880,17 +895,19 @@ __device__ void attn_split_body(const float* __restrict__ q, const KV* __restric
 #pragma unroll
     for (int j = 0; j < MAXD / WARP; j++) {
         const int i = lane + j * WARP;
-        qr[j] = i < d ? q[(size_t)h * d + i] : 0.0f;
+        qr[j] = i < d ? q[i] : 0.0f;
         acc[j] = 0.0f;
     }
     float m = -3.0e38f, l = 0.0f;
     for (int s = s0 + wid; s < s1; s += warps) {
-        const size_t base = ((size_t)s * hkv + kvh) * d;
+        const bool cur = s == keys.cur;
+        const KV* kr = cur ? keys.kcur : keys.kc + ((size_t)s * hkv + kvh) * d;
+        const KV* vr = cur ? keys.vcur : keys.vc + ((size_t)s * hkv + kvh) * d;
         float dot = 0.0f;
 #pragma unroll
         for (int j = 0; j < MAXD / WARP; j++) {
             const int i = lane + j * WARP;
-            if (i < d) dot += qr[j] * load_f(kc, base + i);
+            if (i < d) dot += qr[j] * load_f(kr, i);
         }
         const float score = warp_sum(dot) * scale;
         const float m_new = fmaxf(m, score);
@@ -899,7 +916,7 @@ __device__ void attn_split_body(const float* __restrict__ q, const KV* __restric
 #pragma unroll
         for (int j = 0; j < MAXD / WARP; j++) {
             const int i = lane + j * WARP;
-            if (i < d) acc[j] = acc[j] * corr + e * load_f(vc, base + i);
+            if (i < d) acc[j] = acc[j] * corr + e * load_f(vr, i);
         }
         m = m_new;
     }
@@ -909,24 +926,44 @@ __device__ void attn_split_body(const float* __restrict__ q, const KV* __restric
         const int i = lane + j * WARP;
         if (i < d) sacc[wid][i] = acc[j];
     }
-    __syncthreads();
+}
+// The warps' results merged into part `part` (part_m, part_l, part_acc [d]) by `threads`
+// threads of which this is thread tid.
+__device__ void attn_split_merge(int part, int d, int warps, int tid, int threads,
+                                 const float* sm, const float* sl, const float (*sacc)[MAXD],
+                                 float* __restrict__ part_m, float* __restrict__ part_l,
+                                 float* __restrict__ part_acc) {
     float mm = sm[0];
     for (int k = 1; k < warps; k++) mm = fmaxf(mm, sm[k]);
     float w[ATTN_WARPS];
 #pragma unroll
     for (int k = 0; k < ATTN_WARPS; k++) w[k] = k < warps ? expf(sm[k] - mm) : 0.0f;
-    const size_t part = (size_t)h * splits + split;
-    if (threadIdx.x == 0) {
+    if (tid == 0) {
         float l = sl[0] * w[0];
         for (int k = 1; k < warps; k++) l += sl[k] * w[k];
         part_m[part] = mm;
         part_l[part] = l;
     }
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    for (int i = tid; i < d; i += threads) {
         float v = sacc[0][i] * w[0];
         for (int k = 1; k < warps; k++) v += sacc[k][i] * w[k];
-        part_acc[part * d + i] = v;
+        part_acc[(size_t)part * d + i] = v;
     }
+}
+template <typename KV>
+__device__ void attn_split_body(const float* __restrict__ q, const KV* __restrict__ kc,
+                                const KV* __restrict__ vc, int n,
+                                float* __restrict__ part_m, float* __restrict__ part_l,
+                                float* __restrict__ part_acc, int hq, int hkv, int d, int splits,
+                                float scale) {
+    __shared__ float sm[ATTN_WARPS], sl[ATTN_WARPS], sacc[ATTN_WARPS][MAXD];
+    const int h = blockIdx.x, split = blockIdx.y, warps = blockDim.x / WARP;
+    const KeyRows<KV> keys = {kc, vc, nullptr, nullptr, -1};
+    attn_split_warps(q + (size_t)h * d, keys, n, h, split, hq, hkv, d, splits, scale,
+                     (int)threadIdx.x / WARP, warps, sm, sl, sacc);
+    __syncthreads();
+    attn_split_merge(h * splits + split, d, warps, threadIdx.x, blockDim.x, sm, sl, sacc, part_m,
+                     part_l, part_acc);
 }
 extern "C" __global__ void __launch_bounds__(ATTN_BLOCK) attn_split(const float* __restrict__ q, const float* __restrict__ kc,
                                       const float* __restrict__ vc, const int* __restrict__ pos,
@@ -974,6 +1011,29 @@ extern "C" __global__ void __launch_bounds__(ATTN_BLOCK) attn_split_seqs_f16(con
     attn_split_seq<__half>(q, kcs, vcs, pos, part_m, part_l, part_acc, hq, hkv, d, splits, scale);
 }
 
+// One head's output out[0, d) from its splits' parts (part_m, part_l [splits], part_acc
+// [splits, d]): their weights by warp 0 into weight (shared), then a thread an output.
+// Every thread of the block calls it (a barrier between the weights and the outputs).
+__device__ void merge_head(const float* part_m, const float* part_l, const float* part_acc,
+                           float* out, int d, int splits, float* weight) {
+    if (threadIdx.x < WARP) {
+        const int lane = threadIdx.x;
+        float mm = -3.0e38f;
+        for (int s = lane; s < splits; s += WARP) mm = fmaxf(mm, part_m[s]);
+        mm = warp_max(mm);
+        float total = 0.0f;
+        for (int s = lane; s < splits; s += WARP) total += part_l[s] * expf(part_m[s] - mm);
+        total = warp_sum(total);
+        for (int s = lane; s < splits; s += WARP) weight[s] = expf(part_m[s] - mm) / total;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < splits; s++) v += weight[s] * part_acc[(size_t)s * d + i];
+        out[i] = v;
+    }
+}
+
 // Merge attn_split's parts into out [hq * d], then quantize_act(rmsnorm(out, g)). Block
 // (h, j) merges head h of sequence j: its splits' weights (one warp), then its d outputs;
 // the last of sequence j's hq blocks to finish (a count in done[j], set back to 0 for the
@@ -992,24 +1052,9 @@ extern "C" __global__ void __launch_bounds__(COMBINE_BLOCK)
     __shared__ int last;
     const int h = blockIdx.x;
     const size_t j = blockIdx.y, head = j * hq + h;
-    part_m += head * splits, part_l += head * splits, part_acc += head * splits * d;
     out += j * hq * d;
-    if (threadIdx.x < WARP) {
-        const int lane = threadIdx.x;
-        float mm = -3.0e38f;
-        for (int s = lane; s < splits; s += WARP) mm = fmaxf(mm, part_m[s]);
-        mm = warp_max(mm);
-        float total = 0.0f;
-        for (int s = lane; s < splits; s += WARP) total += part_l[s] * expf(part_m[s] - mm);
-        total = warp_sum(total);
-        for (int s = lane; s < splits; s += WARP) weight[s] = expf(part_m[s] - mm) / total;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        float v = 0.0f;
-        for (int s = 0; s < splits; s++) v += weight[s] * part_acc[(size_t)s * d + i];
-        out[h * d + i] = v;
-    }
+    merge_head(part_m + head * splits, part_l + head * splits, part_acc + head * splits * d,
+               out + h * d, d, splits, weight);
     __threadfence();  // this block's outputs are visible before its count is
     __syncthreads();
     if (threadIdx.x == 0) last = atomicAdd(done + j, 1) == hq - 1;
@@ -1023,6 +1068,181 @@ extern "C" __global__ void __launch_bounds__(COMBINE_BLOCK)
     float v[NORM_HELD];
     const float ss = read_row(v, held, dim, [&](int e) { return __ldcg(out + e); });
     norm_quant_row(v, held, out, ss, g, eps, dim, kp, xq + j * kp, scale + j, xsum + j, red);
+}
+
+// ---------------------------------------------------------------------------------------
+// One token's decode layer in four launches (runner.py, BITNET_CUDA_LAYER):
+//
+//   qkv_attend     norm + int8 of x, q|k|v rows of one query head and its kv head, rope,
+//                  K/V store, the attention's splits then their merge -> att
+//   norm_gemv_add  norm + int8 of att (attn_sub_norm), o rows, x += o
+//   norm_gemv_act  norm + int8 of x (ffn_norm), gate and up rows, f = act(gate) * up
+//   norm_gemv_add  norm + int8 of f (ffn_sub_norm), down rows, x += down
+//
+// A launch boundary stays only where a block needs what every block of the launch before
+// made (each GEMV row reads the whole input): every block norms and quantizes the whole
+// input itself, into shared memory. A qkv_attend block computes its head's q rows and its
+// kv head's k and v rows (a kv group's heads each compute them; the first stores them in
+// the cache) and reads the current key from its own shared copy, never the cache row
+// being written. Bit for bit the ten kernels above: the same device functions with the
+// same block sizes (read_row, norm_quant_row with NORM_BLOCK threads, i2s_value, rope_row,
+// attn_split_warps / attn_split_merge with ATTN_BLOCK threads a split, merge_head), and
+// the int32 dot products are exact in any order.
+#define LAYER_MAX_KP 16384  // longest int8 input row (runner.py's LAYER_MAX_KP)
+#define LAYER_WARPS (NORM_BLOCK / WARP)
+
+// The norm prologue: quantize_act(rmsnorm(x, g)) of the row x [d] into the block's shared
+// xq [kp], scale and xsum, as rmsnorm_quant does it; every thread may read them after.
+__device__ void norm_quant_shared(const float* __restrict__ x, const float* __restrict__ g,
+                                  int d, int kp, float eps, int8_t* xq, float* scale, int* xsum,
+                                  float* red) {
+    const bool held = row_held(kp);
+    float v[NORM_HELD];
+    const float ss = read_row(v, held, d, [&](int i) { return x[i]; });
+    norm_quant_row(v, held, x, ss, g, eps, d, kp, xq, scale, xsum, red);
+    __syncthreads();  // thread 0's scale and sum (the codes were ordered by block_sum)
+}
+
+// The int32 dot of weight row wrow (kw4 uint4 words) with the shared int8 row xq (kw4 * 4
+// int4s), summed over the warp: every lane gets it. matmul_i2s_body's loads and dp4a.
+__device__ __forceinline__ int i2s_dot_shared(const uint4* __restrict__ wrow, const int4* xq,
+                                              int kw4, int lane) {
+    int a = 0;
+    for (int gi = lane; gi < kw4; gi += WARP) {
+        const uint4 wv = __ldg(wrow + gi);
+        const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const int4 xv = xq[gi * 4 + q];
+            const uint32_t word = words[q];
+            a = __dp4a(xv.x, (int)(word & 0x03030303u), a);
+            a = __dp4a(xv.y, (int)((word >> 2) & 0x03030303u), a);
+            a = __dp4a(xv.z, (int)((word >> 4) & 0x03030303u), a);
+            a = __dp4a(xv.w, (int)((word >> 6) & 0x03030303u), a);
+        }
+    }
+    return warp_sum_i(a);
+}
+
+// y[r] (+)= rows r of w (ternary [n, kw4 * 16]) times quantize_act(rmsnorm(xin, g)): the o
+// and down projections with the residual add. Block b: rows b * rows .. + rows, a warp a
+// row at a time. xin [k], k <= kw4 * 64 <= LAYER_MAX_KP.
+extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
+    norm_gemv_add(const float* __restrict__ xin, const float* __restrict__ g,
+                  const uint4* __restrict__ w, const float* __restrict__ wscale, float* y, int n,
+                  int k, int kw4, int rows, float eps) {
+    __shared__ int4 xq[LAYER_MAX_KP / 16];
+    __shared__ float red[32], xscale;
+    __shared__ int xsum;
+    norm_quant_shared(xin, g, k, kw4 * 64, eps, reinterpret_cast<int8_t*>(xq), &xscale, &xsum,
+                      red);
+    const int lane = threadIdx.x % WARP, r1 = min(n, (int)(blockIdx.x + 1) * rows);
+    for (int row = blockIdx.x * rows + threadIdx.x / WARP; row < r1; row += LAYER_WARPS) {
+        const int dot = i2s_dot_shared(w + (size_t)row * kw4, xq, kw4, lane);
+        if (lane == 0) y[row] = y[row] + i2s_value(dot, xsum, wscale[row], xscale);
+    }
+}
+
+// f[r] = act(gate[r]) * up[r] (act 0 SiLU, 1 relu^2) with gate | up = w ([2 nf, kw4 * 16])
+// times quantize_act(rmsnorm(xin, g)): rows r and nf + r; as act_norm_quant's values.
+extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
+    norm_gemv_act(const float* __restrict__ xin, const float* __restrict__ g,
+                  const uint4* __restrict__ w, const float* __restrict__ wscale,
+                  float* __restrict__ f, int nf, int k, int kw4, int rows, int act, float eps) {
+    __shared__ int4 xq[LAYER_MAX_KP / 16];
+    __shared__ float red[32], xscale;
+    __shared__ int xsum;
+    norm_quant_shared(xin, g, k, kw4 * 64, eps, reinterpret_cast<int8_t*>(xq), &xscale, &xsum,
+                      red);
+    const int lane = threadIdx.x % WARP, r1 = min(nf, (int)(blockIdx.x + 1) * rows);
+    for (int row = blockIdx.x * rows + threadIdx.x / WARP; row < r1; row += LAYER_WARPS) {
+        const int dg = i2s_dot_shared(w + (size_t)row * kw4, xq, kw4, lane);
+        const int du = i2s_dot_shared(w + (size_t)(nf + row) * kw4, xq, kw4, lane);
+        if (lane == 0) {
+            const float gate = i2s_value(dg, xsum, wscale[row], xscale);
+            const float up = i2s_value(du, xsum, wscale[nf + row], xscale);
+            f[row] = gated(gate, up, act);
+        }
+    }
+}
+
+// Block h (query head h, kv head kvh = h / (hq / hkv)) of one token at position pos[0]:
+// quantize_act(rmsnorm(x, g)), the rows of q head h, k head kvh and v head kvh of
+// w = q|k|v, q and k rotated (rope_row), k and v stored at row pos of the caches
+// [*, hkv, d] by the kv group's first head, then the `splits` splits of the keys
+// 0..pos (two at a time: warps 0-3 and 4-7, as attn_split's blocks of ATTN_BLOCK
+// threads) into parts [hq, splits] of part_m, part_l, part_acc, merged into att [hq * d].
+template <typename KV>
+__device__ void qkv_attend_body(const float* __restrict__ x, const float* __restrict__ g,
+                                const uint4* __restrict__ w, const float* __restrict__ wscale,
+                                int k, int kw4, const int* __restrict__ pos, KV* kc, KV* vc,
+                                float* __restrict__ part_m, float* __restrict__ part_l,
+                                float* __restrict__ part_acc, float* __restrict__ att, int hq,
+                                int hkv, int d, int rot, int style, float log2_theta, int splits,
+                                float scale, float eps) {
+    constexpr int GROUPS = NORM_BLOCK / ATTN_BLOCK;  // splits computed at once
+    __shared__ int4 xq[LAYER_MAX_KP / 16];
+    __shared__ float red[32], xscale;
+    __shared__ int xsum;
+    __shared__ float hv[3 * MAXD], qv[MAXD];  // the head's q | k | v rows; q rotated
+    __shared__ KV kcur[MAXD], vcur[MAXD];     // the current key and value, as stored
+    __shared__ float sm[GROUPS][ATTN_WARPS], sl[GROUPS][ATTN_WARPS];
+    __shared__ float sacc[GROUPS][ATTN_WARPS][MAXD];
+    __shared__ float weight[MAX_SPLITS];
+    const int h = blockIdx.x, kvh = h / (hq / hkv), lane = threadIdx.x % WARP;
+    norm_quant_shared(x, g, k, kw4 * 64, eps, reinterpret_cast<int8_t*>(xq), &xscale, &xsum,
+                      red);
+    for (int i = threadIdx.x / WARP; i < 3 * d; i += LAYER_WARPS) {
+        const int part = i / d, e = i - part * d;
+        const int row = (part == 0 ? h : hq + (part - 1) * hkv + kvh) * d + e;
+        const int dot = i2s_dot_shared(w + (size_t)row * kw4, xq, kw4, lane);
+        if (lane == 0) hv[i] = i2s_value(dot, xsum, wscale[row], xscale);
+    }
+    __syncthreads();
+    const int p = pos[0];
+    rope_row(hv, qv, p, d, rot, style, log2_theta);
+    rope_row(hv + d, kcur, p, d, rot, style, log2_theta);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) store_f(vcur, i, hv[2 * d + i]);
+    if (h % (hq / hkv) == 0) {  // the kv group's first head stores its key and value
+        const size_t row = ((size_t)p * hkv + kvh) * d;
+        rope_row(hv + d, kc + row, p, d, rot, style, log2_theta);
+        for (int i = threadIdx.x; i < d; i += blockDim.x) store_f(vc, row + i, hv[2 * d + i]);
+    }
+    __syncthreads();
+    const KeyRows<KV> keys = {kc, vc, kcur, vcur, p};
+    const int group = threadIdx.x / ATTN_BLOCK, tid = threadIdx.x % ATTN_BLOCK;
+    for (int s0 = 0; s0 < splits; s0 += GROUPS) {
+        const int split = s0 + group;
+        if (split < splits)  // (whole groups of warps)
+            attn_split_warps(qv, keys, p + 1, h, split, hq, hkv, d, splits, scale,
+                             tid / WARP, ATTN_WARPS, sm[group], sl[group], sacc[group]);
+        __syncthreads();
+        if (split < splits)
+            attn_split_merge(h * splits + split, d, ATTN_WARPS, tid, ATTN_BLOCK, sm[group],
+                             sl[group], sacc[group], part_m, part_l, part_acc);
+        __syncthreads();  // the parts written; sm, sl, sacc free again
+    }
+    merge_head(part_m + (size_t)h * splits, part_l + (size_t)h * splits,
+               part_acc + (size_t)h * splits * d, att + (size_t)h * d, d, splits, weight);
+}
+// (entry points written out: the emulator reads which pointers a kernel writes)
+extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
+    qkv_attend(const float* __restrict__ x, const float* __restrict__ g, const uint4* __restrict__ w,
+               const float* __restrict__ wscale, int k, int kw4, const int* __restrict__ pos,
+               float* kc, float* vc, float* __restrict__ part_m, float* __restrict__ part_l,
+               float* __restrict__ part_acc, float* __restrict__ att, int hq, int hkv, int d,
+               int rot, int style, float log2_theta, int splits, float scale, float eps) {
+    qkv_attend_body(x, g, w, wscale, k, kw4, pos, kc, vc, part_m, part_l, part_acc, att, hq, hkv,
+                    d, rot, style, log2_theta, splits, scale, eps);
+}
+extern "C" __global__ void __launch_bounds__(NORM_BLOCK)
+    qkv_attend_f16(const float* __restrict__ x, const float* __restrict__ g, const uint4* __restrict__ w,
+                   const float* __restrict__ wscale, int k, int kw4, const int* __restrict__ pos,
+                   __half* kc, __half* vc, float* __restrict__ part_m, float* __restrict__ part_l,
+                   float* __restrict__ part_acc, float* __restrict__ att, int hq, int hkv, int d,
+                   int rot, int style, float log2_theta, int splits, float scale, float eps) {
+    qkv_attend_body(x, g, w, wscale, k, kw4, pos, kc, vc, part_m, part_l, part_acc, att, hq, hkv,
+                    d, rot, style, log2_theta, splits, scale, eps);
 }
 
 // Greedy decoding on the device, the last kernel of a step: ids[0] = argmax(logits[:vocab])
