@@ -12,6 +12,7 @@ from bitnet_core.config import BitNetConfig
 from bitnet_core.hal.weights import TernaryWeight
 from bitnet_core.providers.reference import ReferenceProvider
 from bitnet_webgpu.runner import (
+    HV,
     LAYER_LANES,
     MAX_SPLITS,
     norm_gemv_launch,
@@ -191,6 +192,7 @@ def _ten_attention(provider, cfg, x_buf, g_buf, gw, inp, caches, splits, defines
 
 @pytest.mark.parametrize("kv", ["float32", "float16"])
 @pytest.mark.parametrize("layout", LAYOUTS[:2])
+@pytest.mark.parametrize("group", [False, True])
 @pytest.mark.parametrize(
     ("hq", "hkv", "d", "rot", "style", "cap", "pos", "splits"),
     [
@@ -198,14 +200,17 @@ def _ten_attention(provider, cfg, x_buf, g_buf, gw, inp, caches, splits, defines
         (4, 2, 6, 6, "norm", 9, 3, 5),  # more splits than keys, not a multiple of four
         (5, 1, 16, 8, "neox", 300, 257, 2),  # partial rope; 129 keys a split: three tiles
         (4, 4, 32, 32, "norm", 200, 130, 64),  # the most splits
+        (8, 2, 24, 24, "neox", 40, 33, 3),  # four query heads a kv head
         (2, 1, 256, 256, "neox", 70, 64, 1),  # the largest head_dim
     ],
 )
-def test_qkv_attend(provider, kv, layout, hq, hkv, d, rot, style, cap, pos, splits):
-    """Norm, q|k|v rows, rope, the K/V store at ``pos`` and the attention over the cache:
-    the reference within tolerance; the caches and the (normalised, int8) output bit for
-    bit the ten's chain."""
+def test_qkv_attend(provider, kv, layout, group, hq, hkv, d, rot, style, cap, pos, splits):
+    """Norm, q|k|v rows, rope, the K/V store at ``pos`` and the attention over the cache,
+    a query head a workgroup or (``group``) a kv head's query heads a workgroup: the
+    reference within tolerance; the caches and the (normalised, int8) output bit for bit
+    the ten's chain."""
     lanes, defs = layout
+    heads = hq // hkv if group and (hq // hkv + 2) * d <= HV else 1
     cfg = _cfg(hq, hkv, d, rot, style)
     k = cfg.hidden_size
     rng = np.random.default_rng(hq * 1000 + d + pos)
@@ -224,9 +229,10 @@ def test_qkv_attend(provider, kv, layout, hq, hkv, d, rot, style, cap, pos, spli
 
     four = caches()
     scratch = dev.upload(np.full(hq * d + hq * MAX_SPLITS * (2 + d), 7.0, np.float32))
-    params = qkv_attend_params(cfg, splits, lanes)
+    params = qkv_attend_params(cfg, splits, lanes, heads)
     bufs = [x_buf, g_buf, gw.words, gw.scales, inp, *four, scratch]
-    dev.dispatch("qkv_attend", params, bufs, (hq, 1, 1), _defines(provider, defs) | cache_defs)
+    groups = (hq // heads, 1, 1)
+    dev.dispatch("qkv_attend", params, bufs, groups, _defines(provider, defs) | cache_defs)
     att = _read(provider, scratch, (hq, d))
 
     # the reference: q|k|v of the normalised x, rope, the cache with row pos written

@@ -79,6 +79,7 @@ PREFILL_SUBMIT_TOKENS = 64
 ENV_NATIVE = "BITNET_WEBGPU_NATIVE_ENCODE"  # 0: encode through wgpu-py's API, not its C functions
 ENV_LAYER = "BITNET_WEBGPU_LAYER"  # 0: one token's layer in the ten dispatches batched steps run
 XL_WORDS = 2048  # layer_gemv.wgsl: int8 words of the longest row a workgroup normalises
+HV = 1024  # qkv_attend.wgsl: floats of a workgroup's q heads and k, v rows
 LAYER_LANES = 16  # invocations a row of the four-launch matmuls on a GPU (one on a CPU adapter)
 
 
@@ -142,8 +143,19 @@ def layer_lanes(dev: Device) -> tuple[int, frozenset[str]]:
     return LAYER_LANES, defines
 
 
-def qkv_attend_params(cfg: Any, splits: int, lanes: int) -> np.ndarray:
-    """``qkv_attend.wgsl``'s parameters for a model of ``cfg``, ``splits`` key splits."""
+def attend_heads(cfg: Any, dev: Device) -> int:
+    """Query heads a ``qkv_attend`` workgroup takes: one on a GPU (Hq workgroups); on a
+    CPU adapter as many of a kv head's as fit its memory (each workgroup's norm and k, v
+    rows are made once, not once a query head)."""
+    if not dev.rows_layout:
+        return 1
+    group = cfg.num_heads // cfg.num_kv_heads
+    return max(h for h in range(1, group + 1) if group % h == 0 and (h + 2) * cfg.head_dim <= HV)
+
+
+def qkv_attend_params(cfg: Any, splits: int, lanes: int, heads: int = 1) -> np.ndarray:
+    """``qkv_attend.wgsl``'s parameters for a model of ``cfg``, ``splits`` key splits,
+    ``heads`` query heads a workgroup (of one kv head's)."""
     u32, d = np.uint32, cfg.head_dim
     params = np.zeros(16, u32)
     params[:3] = (cfg.hidden_size, q8_words(cfg.hidden_size), q8_words(cfg.hidden_size) // 4)
@@ -153,6 +165,7 @@ def qkv_attend_params(cfg: Any, splits: int, lanes: int) -> np.ndarray:
     params[10] = np.float32(math.log2(cfg.rope_theta)).view(u32)
     params[11] = splits
     params[12] = np.float32(1.0 / math.sqrt(d)).view(u32)
+    params[13] = heads
     return params
 
 
@@ -609,13 +622,15 @@ class WebGPURunner(GenericRunner):
         """One token's layers in four dispatches each (``qkv_attend``, ``norm_gemv`` x 3)."""
         cfg = self.config
         lanes, defines = layer_lanes(self.dev)
-        attend = qkv_attend_params(cfg, splits, lanes)
+        heads = attend_heads(cfg, self.dev)
+        attend = qkv_attend_params(cfg, splits, lanes, heads)
         act = 0 if cfg.ffn_activation == "silu" else 1
         for i, lw in enumerate(self.layers):
             kc, vc = cache.layer(i)
             bufs = [b.x, lw.attn_norm.buffer, lw.qkv.words, lw.qkv.scales, b.inp]
             bufs += [kc.buffer, vc.buffer, b.att]
-            pb.add("qkv_attend", attend, bufs, (cfg.num_heads, 1, 1), cache_defs | defines)
+            groups = (cfg.num_heads // heads, 1, 1)
+            pb.add("qkv_attend", attend, bufs, groups, cache_defs | defines)
             for w, xin, g, k, y, a in (
                 (lw.o, b.att, lw.attn_sub_norm, cfg.num_heads * cfg.head_dim, b.x, None),
                 (lw.gate_up, b.x, lw.ffn_norm, cfg.hidden_size, b.f, act),
