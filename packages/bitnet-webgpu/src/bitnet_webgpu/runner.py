@@ -7,8 +7,9 @@ token through the shaders of the four-launch layer, each workgroup normalising
 its input row itself (``layer_gemv``)::
 
     embedding                    (token id read from the step's input buffer)
-    qkv_attend                   norm + int8 of x, q head h's and its kv head's k, v rows,
-                                 rope, K/V store, the attention's splits and merge -> att
+    qkv_attend                   norm + int8 of x, q rows of a workgroup's query heads (one,
+                                 or a kv head's on CPU adapters) and their kv head's k, v
+                                 rows, rope, K/V store, the attention's splits and merge -> att
     norm_gemv                    attn_sub_norm + int8 of att, o rows, x += o
     norm_gemv ACT                ffn_norm + int8 of x, gate|up rows, f = act(gate) * up
     norm_gemv                    ffn_sub_norm + int8 of f, down rows, x += down
