@@ -97,11 +97,56 @@ def test_a_decode_step_is_one_submission_and_records_nothing_new(monkeypatch):
             assert trace.submissions - subs == 1
         assert made == []  # no buffer, bind group or pipeline made by a decode step
         assert dict(trace.kernels) == kernels  # the plan was recorded once, not per step
+    # one token's layer in four dispatches (the prompt's passes run the same plan)
     assert set(trace.kernels) == {
-        "embedding", "rmsnorm_quant", "matmul_i2s", "rope_store", "attn_split",
-        "attn_combine_norm_quant", "act_norm_quant", "rmsnorm", "matmul_dense",
+        "embedding", "qkv_attend", "norm_gemv", "rmsnorm", "matmul_dense",
     }  # fmt: skip
-    assert trace.kernels["matmul_i2s"] == 4 * CFG.num_layers  # qkv, o, gate|up, down
+    assert trace.kernels["norm_gemv"] == 3 * CFG.num_layers  # o, gate|up, down
+    assert trace.kernels["qkv_attend"] == CFG.num_layers
+
+
+@pytest.mark.parametrize("layout", ["rows", "groups"])
+@pytest.mark.parametrize("kv", ["float32", "float16"])
+def test_four_dispatches_a_layer_give_the_tens_logits_bit_for_bit(monkeypatch, kv, layout):
+    """BITNET_WEBGPU_LAYER=0 runs one token's layer in the ten dispatches batched steps
+    run: every prompt position's and every greedy step's logits the same bits, past three
+    KV-capacity crossings, with up to nine key splits (7 keys a split), in both matmul
+    layouts (an invocation a row, CPU adapters; 16 a row, GPUs)."""
+    monkeypatch.setenv("BITNET_WEBGPU_LAYOUT", layout)
+    runs = []
+    for layer, per_layer in (("1", 4), ("0", 10)):
+        monkeypatch.setenv("BITNET_WEBGPU_LAYER", layer)
+        backend = _fused(kv, block=16)
+        assert backend.layer == (layer == "1")
+        backend.keys_per_split = 7
+        prompt = np.random.default_rng(4).integers(0, CFG.vocab_size, 20)
+        prefill = backend.logits(prompt)
+        tokens, logits = _greedy(backend, 40)
+        trace = backend.provider.trace
+        with backend.new_cache() as seq:
+            backend.forward(PROMPT, seq)
+            launches = trace.launches
+            backend.forward([3], seq)
+            assert trace.launches - launches == 1 + per_layer * CFG.num_layers + 2
+        runs.append((tokens, np.concatenate([prefill, np.stack(logits)])))
+    (four_tokens, four), (ten_tokens, ten) = runs
+    assert four_tokens == ten_tokens
+    np.testing.assert_array_equal(four.view(np.uint32), ten.view(np.uint32))
+
+
+def test_a_row_too_long_for_a_workgroup_is_a_visible_fallback_to_the_ten(monkeypatch):
+    cfg = BitNetConfig(
+        vocab_size=31, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
+        intermediate_size=8200, context_length=32,
+    )  # fmt: skip
+    weights = random_weights(cfg, seed=1)
+    monkeypatch.delenv("BITNET_STRICT_MODE", raising=False)
+    p = _provider()
+    backend = p.make_runner(weights, kv_cache=KVCacheConfig(dtype="float32"))
+    assert backend.fused and not backend.layer
+    assert "intermediate size 8200" in p.trace.fallbacks[0]
+    ref = GenericRunner(ReferenceProvider(), weights, kv_cache=KVCacheConfig(dtype="float32"))
+    np.testing.assert_allclose(backend.logits([1, 2]), ref.logits([1, 2]), atol=LOGIT_ATOL)
 
 
 def test_each_sequence_of_a_batch_gets_its_own_plan_and_stays_correct():

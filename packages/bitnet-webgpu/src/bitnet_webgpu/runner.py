@@ -1,9 +1,23 @@
-"""The WebGPU backend: a forward pass in ten dispatches a layer, encoded from a prebuilt list.
+"""The WebGPU backend: a token's forward pass in four dispatches a layer, from a prebuilt list.
 
 The generic engine (``bitnet_core.sdk.runner.GenericRunner``) calls ~25 provider
 ops a layer, each a Python call that sets up a dispatch. ``WebGPURunner``
 keeps the generic engine's weights upload, KV cache and locking, and runs a
-token through the fused shaders instead::
+token through the shaders of the four-launch layer, each workgroup normalising
+its input row itself (``layer_gemv``)::
+
+    embedding                    (token id read from the step's input buffer)
+    qkv_attend                   norm + int8 of x, q rows of a workgroup's query heads (one,
+                                 or a kv head's on CPU adapters) and their kv head's k, v
+                                 rows, rope, K/V store, the attention's splits and merge -> att
+    norm_gemv                    attn_sub_norm + int8 of att, o rows, x += o
+    norm_gemv ACT                ffn_norm + int8 of x, gate|up rows, f = act(gate) * up
+    norm_gemv                    ffn_sub_norm + int8 of f, down rows, x += down
+    rmsnorm, matmul_dense        (the head)
+
+bit for bit the ten dispatches a layer that batched steps run
+(``BITNET_WEBGPU_LAYER=0`` gives one token those too; so does a row too long
+for a workgroup's memory, ``layer_fits``)::
 
     embedding                    (token id read from the step's input buffer)
     rmsnorm_quant(x)             -> q|k|v in one ternary matmul (weights fused at load)
@@ -64,6 +78,10 @@ INPUT_BYTES = 16  # token id, position, length, pad (u32)
 #: may reset a device whose single submission runs for seconds)
 PREFILL_SUBMIT_TOKENS = 64
 ENV_NATIVE = "BITNET_WEBGPU_NATIVE_ENCODE"  # 0: encode through wgpu-py's API, not its C functions
+ENV_LAYER = "BITNET_WEBGPU_LAYER"  # 0: one token's layer in the ten dispatches batched steps run
+XL_WORDS = 2048  # layer_gemv.wgsl: int8 words of the longest row a workgroup normalises
+HV = 1024  # qkv_attend.wgsl: floats of a workgroup's q heads and k, v rows
+LAYER_LANES = 16  # invocations a row of the four-launch matmuls on a GPU (one on a CPU adapter)
 
 
 def split_count(capacity: int, keys_per_split: int = 128) -> int:
@@ -103,6 +121,68 @@ def fuse_ternary(dev: Device, parts: list[GpuTernary]) -> FusedTernary:
     return FusedTernary(words, scales, rows, kw16)
 
 
+def layer_fits(cfg: Any) -> str | None:
+    """Why the four-launch layer cannot run ``cfg`` (None: it can)."""
+    for what, k in (
+        ("hidden", cfg.hidden_size),
+        ("heads x head_dim", cfg.num_heads * cfg.head_dim),
+        ("intermediate", cfg.intermediate_size),
+    ):
+        if q8_words(k) > XL_WORDS:
+            return f"{what} size {k} is over the {4 * XL_WORDS} a workgroup normalises"
+    if cfg.num_heads % cfg.num_kv_heads:
+        return f"{cfg.num_heads} query heads do not group over {cfg.num_kv_heads} kv heads"
+    return None
+
+
+def layer_lanes(dev: Device) -> tuple[int, frozenset[str]]:
+    """Invocations a row of the four-launch layer's matmuls on ``dev``, and the defines of
+    its shaders (``ROWS``: one a row, on CPU-like adapters; ``DOT4``)."""
+    defines = frozenset({"DOT4"}) if dev.dot4 else frozenset()
+    if dev.rows_layout:
+        return 1, defines | {"ROWS"}
+    return LAYER_LANES, defines
+
+
+def attend_heads(cfg: Any, dev: Device) -> int:
+    """Query heads a ``qkv_attend`` workgroup takes: one on a GPU (Hq workgroups); on a
+    CPU adapter as many of a kv head's as fit its memory (each workgroup's norm and k, v
+    rows are made once, not once a query head)."""
+    if not dev.rows_layout:
+        return 1
+    group = cfg.num_heads // cfg.num_kv_heads
+    return max(h for h in range(1, group + 1) if group % h == 0 and (h + 2) * cfg.head_dim <= HV)
+
+
+def qkv_attend_params(cfg: Any, splits: int, lanes: int, heads: int = 1) -> np.ndarray:
+    """``qkv_attend.wgsl``'s parameters for a model of ``cfg``, ``splits`` key splits,
+    ``heads`` query heads a workgroup (of one kv head's)."""
+    u32, d = np.uint32, cfg.head_dim
+    params = np.zeros(16, u32)
+    params[:3] = (cfg.hidden_size, q8_words(cfg.hidden_size), q8_words(cfg.hidden_size) // 4)
+    params[3] = np.float32(cfg.rms_norm_eps).view(u32)
+    params[4:10] = (lanes, cfg.num_heads, cfg.num_kv_heads, d, cfg.rot_dim, 0)
+    params[9] = 0 if cfg.rope_style == "neox" else 1
+    params[10] = np.float32(math.log2(cfg.rope_theta)).view(u32)
+    params[11] = splits
+    params[12] = np.float32(1.0 / math.sqrt(d)).view(u32)
+    params[13] = heads
+    return params
+
+
+def norm_gemv_launch(
+    rows: int, kw16: int, k: int, eps: float, lanes: int, act: int | None
+) -> tuple[np.ndarray, tuple[int, int, int], frozenset[str]]:
+    """``norm_gemv.wgsl``'s parameters, grid and defines for a weight of ``rows`` rows over
+    ``k`` inputs: ``y += W x`` (act None), or ``y = act(gate x) * (up x)`` of W = gate|up
+    (act 0 silu, 1 relu^2)."""
+    n = rows if act is None else rows // 2
+    eps_bits = np.float32(eps).view(np.uint32)
+    params = np.array([n, k, q8_words(k), kw16, eps_bits, lanes, act or 0, 0], np.uint32)
+    per_group = 256 // lanes // (1 if act is None else 2)
+    return params, (-(-n // per_group), 1, 1), frozenset() if act is None else frozenset({"ACT"})
+
+
 class StepBuffers:
     """Every buffer a step of ``n`` one-token sequences writes, made once per batch size.
 
@@ -110,7 +190,7 @@ class StepBuffers:
     (one sequence: token, position, length, as ``INPUT_BYTES``); sequence ``j``'s
     attention partials start at ``j * hq * MAX_SPLITS``."""
 
-    def __init__(self, dev: Device, cfg: Any, n: int = 1) -> None:
+    def __init__(self, dev: Device, cfg: Any, n: int = 1, layer: bool = False) -> None:
         hidden, hq, hkv, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         f = cfg.intermediate_size
 
@@ -128,6 +208,9 @@ class StepBuffers:
         self.part_m, self.part_l = (buf(n * hq * MAX_SPLITS * 4) for _ in range(2))
         self.part_acc = buf(n * hq * MAX_SPLITS * d * 4)
         self.gu = buf(n * 2 * f * 4)
+        if layer:  # the four-launch layer's: att | partials (qkv_attend), act(gate) * up
+            self.att = buf((hq * d + hq * MAX_SPLITS * (2 + d)) * 4)
+            self.f = buf(f * 4)
         self.logits_bytes = cfg.vocab_size * 4
         self.logits = buf(n * self.logits_bytes)
         BU = dev.wgpu.BufferUsage
@@ -264,7 +347,12 @@ class WebGPURunner(GenericRunner):
             return
         self.dev = dev = provider.dev
         self.layers = fused_layers(self.weights, lambda ws: fuse_ternary(dev, ws))
-        self.bufs = StepBuffers(dev, cfg)
+        self.layer = env_enabled(ENV_LAYER)
+        why = layer_fits(cfg) if self.layer else None
+        if why is not None:
+            provider.trace.fallback(f"webgpu: ten dispatches a layer ({why})")
+            self.layer = False
+        self.bufs = StepBuffers(dev, cfg, layer=self.layer)
         self._batch_bufs: dict[int, StepBuffers] = {}  # batched decode steps, by batch size
         self._input = np.zeros(INPUT_BYTES // 4, dtype=np.uint32)
         self.native = NativeEncoder.load(provider.trace) if env_enabled(ENV_NATIVE) else None
@@ -490,7 +578,9 @@ class WebGPURunner(GenericRunner):
         x_in, a_in, f_in = (b.xq, b.xs, b.xsum), (b.aq, b.as_, b.asum), (b.fq, b.fs, b.fsum)
         parts = [b.part_m, b.part_l, b.part_acc]
         rope_groups = (-(-(hq + 2 * hkv) * d // 2 // 64), 1, 1)
-        for i, lw in enumerate(self.layers):
+        if n == 1 and self.layer:
+            self._layer_ops(pb, caches[0], b, splits[0], cache_defs)
+        for i, lw in enumerate(self.layers if n > 1 or not self.layer else ()):
             norm_quant(b.x, lw.attn_norm, hidden, x_in)
             matmul(lw.qkv, x_in, hidden, b.qkv, add=False)
             for j, cache in enumerate(caches):
@@ -526,3 +616,34 @@ class WebGPURunner(GenericRunner):
         for params, binding, groups, defines in p.dense_params(self.weights.head, n):
             pb.add("matmul_dense", params, [binding, b.head_x, b.logits], groups, defines)
         return pb.build()
+
+    def _layer_ops(
+        self, pb: PlanBuilder, cache: Sequence, b: StepBuffers, splits: int, cache_defs: frozenset
+    ) -> None:
+        """One token's layers in four dispatches each (``qkv_attend``, ``norm_gemv`` x 3)."""
+        cfg = self.config
+        lanes, defines = layer_lanes(self.dev)
+        heads = attend_heads(cfg, self.dev)
+        attend = qkv_attend_params(cfg, splits, lanes, heads)
+        act = 0 if cfg.ffn_activation == "silu" else 1
+        for i, lw in enumerate(self.layers):
+            kc, vc = cache.layer(i)
+            bufs = [b.x, lw.attn_norm.buffer, lw.qkv.words, lw.qkv.scales, b.inp]
+            bufs += [kc.buffer, vc.buffer, b.att]
+            groups = (cfg.num_heads // heads, 1, 1)
+            pb.add("qkv_attend", attend, bufs, groups, cache_defs | defines)
+            for w, xin, g, k, y, a in (
+                (lw.o, b.att, lw.attn_sub_norm, cfg.num_heads * cfg.head_dim, b.x, None),
+                (lw.gate_up, b.x, lw.ffn_norm, cfg.hidden_size, b.f, act),
+                (lw.down, b.f, lw.ffn_sub_norm, cfg.intermediate_size, b.x, None),
+            ):
+                params, groups, acts = norm_gemv_launch(
+                    w.rows, w.kw16, k, cfg.rms_norm_eps, lanes, a
+                )
+                pb.add(
+                    "norm_gemv",
+                    params,
+                    [xin, g.buffer, w.words, w.scales, y],
+                    groups,
+                    defines | acts,
+                )

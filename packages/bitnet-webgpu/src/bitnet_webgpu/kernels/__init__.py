@@ -7,9 +7,11 @@ WGSL has no preprocessor; our shaders use ``#ifdef NAME`` / ``#else`` /
 ``#endif`` lines for the choices that matter (``DOT4``: use ``dot4I8Packed``,
 else plain integer math; ``ROWS``: one invocation per output row, for
 CPU-like adapters, else one workgroup per row; ``ADD``: add into the output;
-``F16``: a float16 KV cache), resolved before compiling, and ``#include NAME``
-lines, replaced by ``NAME.wgsl`` from here before the conditionals are
-resolved (shared helpers: ``row_quant``, ``kv_cache``).
+``F16``: a float16 KV cache; ``ACT``: ``norm_gemv``'s gate|up form), resolved
+before compiling, and ``#include NAME`` lines, replaced by ``NAME.wgsl`` from
+here before the conditionals are resolved (shared helpers: ``row_norm``,
+``row_quant``, ``layer_gemv``, ``int8_dot``, ``rope_math``, ``attn_merge``,
+``kv_cache``: the ten-launch and four-launch layers share their sums).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ SHADER_NAMES = (
     "attn_split",
     "attn_combine_norm_quant",
     "kv_store_f16",
+    "qkv_attend",
+    "norm_gemv",
 )
 
 

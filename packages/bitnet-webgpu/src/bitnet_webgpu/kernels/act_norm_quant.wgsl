@@ -8,6 +8,7 @@ struct Params { f: u32, kw: u32, act: u32, eps: f32 }
 @group(0) @binding(4) var<storage, read_write> scale: array<f32>;
 @group(0) @binding(5) var<storage, read_write> xsum: array<i32>;
 
+#include row_norm
 #include row_quant
 
 fn value(t: u32, i: u32) -> f32 {

@@ -17,19 +17,7 @@ const WG: u32 = 64u;
 const TT: u32 = 4u;
 var<workgroup> red: array<i32, 256>;  // WG * TT
 
-fn dot4(a: u32, b: u32) -> i32 {
-#ifdef DOT4
-    return dot4I8Packed(a, b);
-#else
-    var s = 0;
-    for (var i = 0u; i < 4u; i++) {
-        let av = extractBits(i32(a), 8u * i, 8u);
-        let bv = i32((b >> (8u * i)) & 0xffu);
-        s += av * bv;
-    }
-    return s;
-#endif
-}
+#include int8_dot
 
 fn store(i: u32, v: f32) {
 #ifdef ADD

@@ -9,6 +9,7 @@ struct Params { k: u32, kw: u32, eps: f32, pad: u32 }
 @group(0) @binding(4) var<storage, read_write> scale: array<f32>;
 @group(0) @binding(5) var<storage, read_write> xsum: array<i32>;
 
+#include row_norm
 #include row_quant
 
 fn value(t: u32, i: u32) -> f32 {

@@ -17,23 +17,9 @@ struct Params { hq: u32, hkv: u32, d: u32, rot: u32, style: u32, log2_theta: f32
 @group(0) @binding(5) var<storage, read_write> vc: array<f32>;
 #endif
 
-fn rotated(base: u32, e: u32, pos: f32) -> f32 {
-    if (e >= p.rot) { return qkv[base + e]; }
-    let half = p.rot / 2u;
-    var i: u32; var a_idx: u32; var b_idx: u32; var first: bool;
-    if (p.style == 0u) {
-        i = e % half; a_idx = i; b_idx = i + half; first = e < half;
-    } else {
-        i = e / 2u; a_idx = 2u * i; b_idx = 2u * i + 1u; first = (e % 2u) == 0u;
-    }
-    let ang = pos * exp2(-p.log2_theta * f32(2u * i) / f32(p.rot));
-    let c = cos(ang);
-    let s = sin(ang);
-    let a = qkv[base + a_idx];
-    let b = qkv[base + b_idx];
-    if (first) { return a * c - b * s; }
-    return b * c + a * s;
-}
+fn rope_src(i: u32) -> f32 { return qkv[i]; }
+
+#include rope_math
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -47,8 +33,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let pos = inp[p.at];
     var v0: f32; var v1: f32;
     if (r < p.hq + p.hkv) {
-        v0 = rotated(base, e, f32(pos));
-        v1 = rotated(base, e + 1u, f32(pos));
+        v0 = rotated(base, e, f32(pos), p.rot, p.style, p.log2_theta);
+        v1 = rotated(base, e + 1u, f32(pos), p.rot, p.style, p.log2_theta);
     } else {
         v0 = qkv[base + e];
         v1 = qkv[base + e + 1u];
