@@ -12,8 +12,8 @@ rows its next tokens share with a cached child of that block, whole or
 partial. A row at position ``p`` depends only on tokens ``0..p``, so the
 rows of a shared beginning are valid whatever follows them. A prompt's or
 a finished sequence's last partial block is cached too (as a leaf, dropped
-once a longer block holds its tokens): a repeated prompt reuses all but its
-last token, and requests that share a system prompt ending inside a block
+once a longer block holds its tokens): a repeated prompt reuses all but the
+``MIN_COMPUTED`` tokens a lookup leaves, and requests that share a system prompt ending inside a block
 take its last rows from the first one's block instead of computing them.
 
 Why copies: a sequence's cache is one contiguous ``[capacity, kv_heads,
