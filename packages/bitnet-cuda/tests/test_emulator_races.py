@@ -342,6 +342,42 @@ def test_generation_takes_the_device_path_for_greedy_and_says_so() -> None:
     assert got["penalty-path"] == "host"
 
 
+def test_generation_draws_sampled_tokens_on_the_device() -> None:
+    """generate_tokens at a temperature, without processors or penalties: every token after
+    the first is drawn on the device (``device_sampling`` -> ``decode_greedy(sampling=...)``
+    with the request's settings and seed; the receipt's ``token_path`` says so), the same
+    for the same seed, within the vocabulary; top_k = 1 draws the argmax; a repeat penalty
+    keeps the host path."""
+    from bitnet_core.model.generation import GenerationStats, generate_tokens
+    from bitnet_core.model.sampling import SamplingParams
+    from bitnet_cuda.runner import DeviceSampling
+
+    def run(params: SamplingParams) -> tuple[list[int], str, list]:
+        runner, calls = _runner(), []
+        launch = runner.decode_greedy
+
+        def recorded(token, cache, k, eos=(), sampling=None):
+            calls.append(sampling)
+            return launch(token, cache, k, eos=eos, sampling=sampling)
+
+        runner.decode_greedy = recorded
+        stats = GenerationStats()
+        toks = list(generate_tokens(runner, [1, 2, 3], params, stats=stats))
+        return toks, stats.token_path, calls
+
+    hot = SamplingParams(temperature=1.5, top_k=7, top_p=0.9, min_p=0.01, seed=11, max_tokens=20)
+    a, path, calls = run(hot)
+    assert path == "device" and len(a) == 20 and len(calls) == 3  # 19 tokens, 8 a launch
+    assert set(calls) == {DeviceSampling(1.5, 7, 0.9, 0.01, seed=11)}
+    assert run(hot)[0] == a and all(0 <= t < _runner().config.vocab_size for t in a)
+    unseeded = run(SamplingParams(**{**vars(hot), "seed": None}))[2]
+    assert unseeded and all(c is not None and c.temperature == 1.5 for c in unseeded)
+    one = SamplingParams(temperature=0.8, top_k=1, seed=3, max_tokens=12)
+    assert run(one)[0] == run(SamplingParams(temperature=0, max_tokens=12))[0]
+    penalized = run(SamplingParams(**{**vars(hot), "repeat_penalty": 1.2}))
+    assert penalized[1] == "host" and not penalized[2]
+
+
 def _sample(logits: np.ndarray, s: Any, position: int) -> int:
     cp = EmulatedCuPy()
     fn = cp.RawModule(code=_source()).get_function("sample_next")

@@ -306,6 +306,16 @@ class CudaRunner(GenericRunner):
         return key
 
     # --- greedy decoding with the token on the device -----------------------------------
+    def device_sampling(
+        self, temperature: float, top_k: int, top_p: float, min_p: float, seed: int
+    ) -> DeviceSampling | None:
+        """``decode_greedy``'s ``sampling`` for these settings (generation draws its tokens
+        on the device with it), or None where this runner draws on the host (the generic
+        engine)."""
+        if not self.fused:
+            return None
+        return DeviceSampling(float(temperature), int(top_k), float(top_p), float(min_p), int(seed))
+
     def decode_greedy(
         self,
         token: int,

@@ -64,9 +64,11 @@ class Session:
         self.ids.append(int(token))
         return logits
 
-    def greedy(self, token: int, k: int, eos: set[int]) -> list[int]:
-        """Up to ``k`` greedy tokens after ``token``, chosen on the device (cut after eos)."""
-        out = self.runner.decode_greedy(int(token), self.seq, k, eos=eos)
+    def greedy(self, token: int, k: int, eos: set[int], sampling: object = None) -> list[int]:
+        """Up to ``k`` tokens after ``token``, chosen on the device (cut after eos): greedy,
+        or drawn with the runner's ``sampling`` (from its ``device_sampling``)."""
+        extra = {} if sampling is None else {"sampling": sampling}
+        out = self.runner.decode_greedy(int(token), self.seq, k, eos=eos, **extra)
         self.ids += [int(token), *out[:-1]]  # the tokens whose rows the cache now holds
         return out
 
@@ -84,6 +86,19 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _device_sampling(runner, params: SamplingParams, step: TokenStep) -> object | None:
+    """The runner's settings for drawing ``params``' tokens on the device (its
+    ``device_sampling``), or None (greedy, or a runner without it). The
+    device draws are seeded by the seed and the position: the same seed gives the same
+    tokens on that device, not the host sampler's (another random stream). Without a
+    seed, one is drawn from the step's own generator."""
+    make = getattr(runner, "device_sampling", None)
+    if params.temperature == 0 or make is None:
+        return None
+    seed = params.seed if params.seed is not None else int(step.sampler.rng.integers(1 << 62))
+    return make(params.temperature, params.top_k, params.top_p, params.min_p, seed)
 
 
 def generate_steps(
@@ -120,14 +135,15 @@ def generate_steps(
         step = TokenStep(
             params, ids, eos_ids=eos_ids, processors=processors, decode=decode, stats=stats
         )
-        # greedy without penalties or processors: the runner's ``decode_greedy`` (if any)
-        # picks DEVICE_TOKENS tokens a launch on the device, the step only takes them
-        on_device = (
-            params.temperature == 0
-            and params.repeat_penalty == 1.0
+        # without penalties or processors, the runner's ``decode_greedy`` (if any) picks
+        # DEVICE_TOKENS tokens a launch on the device, the step only takes them
+        device = (
+            params.repeat_penalty == 1.0
             and not processors
             and getattr(runner, "decode_greedy", None) is not None
         )
+        sampling = _device_sampling(runner, params, step) if device else None
+        on_device = device and (params.temperature == 0 or sampling is not None)
         stats.token_path = "device" if on_device else "host"
         pending: list[int] = []  # tokens the device chose, not handed to the step yet
         t0 = time.perf_counter()
@@ -151,7 +167,7 @@ def generate_steps(
                     params.max_tokens - stats.generated_tokens,
                     sess.max_len - sess.length,
                 )
-                pending = sess.greedy(out.token, k, step.eos)
+                pending = sess.greedy(out.token, k, step.eos, sampling)
                 stats.decode_steps += len(pending)
             else:
                 logits = sess.step(out.token)
