@@ -44,7 +44,7 @@ def _vocab(spec: VocabSpec) -> dict[str, int]:
 def build_gpt2(spec: VocabSpec) -> HFTokenizer:
     pre = pre_tokenizer_for(spec.pre)
     vocab = _vocab(spec)
-    # checked here: ``tokenizers`` panics (a Rust backtrace, then BaseException) on some
+    # checked here: ``tokenizers`` panics (a Rust backtrace, then BaseException) on such a merge
     for a, b in spec.merges:
         if a not in vocab or b not in vocab or a + b not in vocab:
             raise TokenizerError(
