@@ -68,6 +68,9 @@ def test_cli_serves_until_interrupted(tmp_path):
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            # as a terminal's foreground job gets it: a test run started in the background
+            # inherits SIGINT ignored, and Python then keeps ignoring it (no Ctrl-C at all)
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
     try:
         deadline = time.monotonic() + 300
