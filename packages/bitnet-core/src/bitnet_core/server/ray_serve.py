@@ -20,7 +20,6 @@ import logging
 import os
 import socket
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -210,19 +209,6 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, attempts:
                 raise
 
 
-#: seconds ``serve.shutdown`` gets at Ctrl-C before the local cluster is stopped anyway
-SERVE_SHUTDOWN_S = 30.0
-
-
-def finishes_within(fn: Any, seconds: float) -> bool:
-    """Run ``fn`` in a daemon thread; True when it returned within ``seconds`` (a call
-    that hangs is left behind, and dies with the process)."""
-    t = threading.Thread(target=fn, name="bitnet-ray-shutdown", daemon=True)
-    t.start()
-    t.join(seconds)
-    return not t.is_alive()
-
-
 def serve_until_stopped(
     args: RayServeArgs, host: str, port: int, address: str | None = None
 ) -> None:
@@ -238,12 +224,9 @@ def serve_until_stopped(
         print(f"serving on http://{host}:{port} (Ray Serve app {APP_NAME!r})", file=sys.stderr)
         while True:
             time.sleep(3600)
-    finally:  # bounded: Ray Serve's shutdown was seen to hang once in ~20 runs
-        stop = (lambda: serve.delete(APP_NAME)) if address else serve.shutdown
-        if not finishes_within(stop, SERVE_SHUTDOWN_S):
-            print(
-                f"Ray Serve did not stop within {SERVE_SHUTDOWN_S:.0f} s; "
-                "disconnecting from Ray" + ("" if address else " and stopping the local cluster"),
-                file=sys.stderr,
-            )
+    finally:
+        if address:
+            serve.delete(APP_NAME)
+        else:
+            serve.shutdown()
         ray.shutdown()
