@@ -18,6 +18,7 @@ from bitnet_core.model.api import load
 from bitnet_core.model.processors import LogprobRecorder
 from bitnet_core.model.random import random_model_file
 from bitnet_core.model.sampling import SamplingParams
+from bitnet_core.sdk import shared_pages
 from bitnet_core.sdk.kv_cache import KVCacheConfig
 from bitnet_core.server.scheduler import DONE, Scheduler
 
@@ -64,10 +65,10 @@ def _run(sched: Scheduler, requests: list[list[int]], params=GREEDY) -> list[tup
     return asyncio.run(go())
 
 
-def _fresh(model, requests: list[list[int]]) -> list[tuple]:
+def _fresh(model, requests: list[list[int]], params=GREEDY) -> list[tuple]:
     sched = Scheduler(model, prefix_cache=False)
     try:
-        return [_run(sched, [ids])[0][:2] for ids in requests]
+        return [_run(sched, [ids], params)[0][:2] for ids in requests]
     finally:
         sched.close()
 
@@ -91,6 +92,8 @@ def test_reused_prefix_gives_the_fresh_logprobs(model):
     # otherwise shares no prefix
     assert [g[2] for g in got] == [0, 50, 48, 0]
     assert pc["hit_tokens"] == 98 and pc["miss_tokens"] == sum(map(len, turns)) - 98
+    # host memory on Linux: the whole blocks' pages mapped into the sequence, not copied
+    assert pc["shared_tokens"] == (96 if shared_pages.supported() else 0)
     assert model.runner.kv.stats()["used_blocks"] == 0  # the last user gave the blocks back
 
 
@@ -102,9 +105,11 @@ def test_concurrent_requests_compute_a_shared_prompt_once(model):
     try:
         got = _run(sched, requests)
         step_tokens = sched.stats.step_tokens_total
+        shared = sched.prefix.as_dict()["shared_tokens"]
     finally:
         sched.close()
     assert [g[:2] for g in got] == want
+    assert shared == (3 * 64 if shared_pages.supported() else 0)
     # the first computes; the others copy its 4 whole blocks and the 6 system-prompt rows
     # of its partial last block (64..72), and compute only their own questions
     assert [g[2] for g in got] == [0, 70, 70, 70]
@@ -145,6 +150,45 @@ def test_budget_too_small_evicts_cached_blocks_not_running_sequences(model_file)
     assert all(len(b[1]) == 60 for b in both)
 
 
+def test_a_block_dropped_while_mapped_keeps_its_rows(model_file):
+    """A follower maps a cached prompt's blocks; while it decodes, another request's
+    prefill and store need the room, the cache drops those blocks, and its new blocks
+    go to other slots: the follower's rows (so its logprobs) stay the fresh ones. Were
+    a mapped slot reused, the new block's rows would show through the follower's map."""
+    # 64 KiB KV blocks (as above); 6 of them: the first prompt's 6 cached blocks of 16
+    # take 2, the follower's 150 tokens 3, the other's 90 the rest: its store must drop
+    budget = 6 * 64 * 1024
+    model = load(model_file, device="cpu", kv_cache=KVCacheConfig(max_bytes=budget))
+    first = _prompt(90, 30)
+    follower, other = first[:80] + _prompt(10, 31), _prompt(90, 32)
+    long, short = SamplingParams(temperature=0, max_tokens=60), SamplingParams(max_tokens=2)
+    want = _fresh(model, [follower], long)
+    sched = Scheduler(model, max_active=2)
+    try:
+        _run(sched, [first])
+        arena = sched.prefix.arena
+        slots = {b.slot for b in sched.prefix.blocks.values()}
+
+        async def both():
+            with sched._cv:
+                f = sched.submit(follower, long, (rec := LogprobRecorder(top_n=3),))
+                o = sched.submit(other, short)
+            for job in (o, f):
+                while (await asyncio.wait_for(job.out.get(), 120))[0] is not DONE:
+                    pass
+                assert job.error is None, job.error
+            return f, rec
+
+        job, rec = asyncio.run(both())
+        pc = sched.prefix.as_dict()
+    finally:
+        sched.close()
+    assert job.stats.cached_tokens == 80 and pc["evictions"] > 0
+    if arena is not None:  # the mapped path ran, and the other's blocks avoided its slots
+        assert pc["shared_tokens"] == 80 and None not in slots
+    assert [(e.token, e.logprob, e.top) for e in rec.entries] == want[0][1]
+
+
 def test_server_reports_cached_tokens(model_file):
     fastapi = pytest.importorskip("fastapi", reason="the server extra is not installed")
     httpx = pytest.importorskip("httpx")
@@ -170,4 +214,7 @@ def test_server_reports_cached_tokens(model_file):
     assert json.loads(events[-1])["usage"]["prompt_tokens_details"]["cached_tokens"] == 38
     assert "bitnet_prefix_cache_hit_tokens_total 76" in metrics
     assert "bitnet_prefix_cache_miss_tokens_total 44" in metrics
+    # the 2 whole blocks of each hit were mapped (the partial third's 6 rows copied)
+    shared = 64 if shared_pages.supported() else 0
+    assert f"bitnet_prefix_cache_shared_tokens_total {shared}" in metrics
     assert "bitnet_prefix_cache_blocks 3" in metrics

@@ -16,11 +16,16 @@ once a longer block holds its tokens): a repeated prompt reuses all but the
 ``MIN_COMPUTED`` tokens a lookup leaves, and requests that share a system prompt ending inside a block
 take its last rows from the first one's block instead of computing them.
 
-Why copies: a sequence's cache is one contiguous ``[capacity, kv_heads,
-head_dim]`` array per layer (what every provider's ``attention`` reads), so
-two sequences cannot point at the same rows. Copying is a device-side
-``kv_store`` of each block per layer (host numpy on the CPU providers); the
-rows are the bits the first sequence computed.
+Shared pages, else copies: a sequence's cache is one contiguous
+``[capacity, kv_heads, head_dim]`` array per layer (what every provider's
+``attention`` reads). In host memory on Linux the blocks live in a memory
+file (``sdk/shared_pages.py``) and a hit maps their pages over the
+sequence's first rows: nothing is copied, and sequences that share a prompt
+share its physical pages. A block stays in its slot while a sequence maps it,
+even after the cache drops it. Elsewhere (a device's memory, rows that do not
+fill whole pages, the partial last block) a hit is a device-side ``kv_store``
+of each block per layer. Either way the rows are the bits the first sequence
+computed.
 
 Memory: the cache charges its blocks to the runner's ``KVCache`` (the same
 ``--kv-budget`` as the sequences), in the cache's own block units, rounded
@@ -42,12 +47,17 @@ from typing import Any
 
 import numpy as np
 
+from ..sdk import shared_pages
+
 #: tokens of one cached block (vLLM's default)
 DEFAULT_BLOCK_TOKENS = 16
 #: prompt tokens a lookup leaves to compute: the logits come from the last, and a chunk of
 #: one token would run the decode attention, whose sums (split over threads) are not
 #: bit-identical to the prompt attention's on the native CPU
 MIN_COMPUTED = 2
+#: mappings the shared-pages arena keeps at most (each a VMA of the process, whose count
+#: Linux limits to 65,530 by default); past it hits are copied
+MAX_MAPPED_RUNS = 16384
 
 
 @dataclass(eq=False)
@@ -59,6 +69,7 @@ class Block:
     v: list[Any]
     children: int = 0  # cached blocks whose parent this is (only leaves are evicted)
     pins: int = 0  # copies in progress (never evicted while pinned)
+    slot: int | None = None  # its slot in the shared-pages arena (None: pool arrays)
 
 
 @dataclass
@@ -78,7 +89,8 @@ class Match:
 
 @dataclass
 class PrefixStats:
-    hit_tokens: int = 0  # prompt tokens copied from the cache
+    hit_tokens: int = 0  # prompt tokens reused from the cache (mapped or copied)
+    shared_tokens: int = 0  # of those, tokens whose rows were mapped, not copied
     miss_tokens: int = 0  # prompt tokens computed
     evictions: int = 0  # blocks dropped for room
     stored_blocks: int = 0  # blocks ever added
@@ -129,12 +141,30 @@ class PrefixCache:
         self.stats = PrefixStats()
         self._charged = 0  # KV cache blocks charged for the cached blocks
         self.users = 0  # schedulers sharing it (attach/detach)
+        self._closed = False
         self._shape = (block_tokens, self.kv.kv_heads, self.kv.head_dim)
         self._threads = max(1, int(getattr(self.provider, "threads", 1) or 1))
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         if getattr(self.kv, "reclaim", None) is not None:
             raise RuntimeError("this runner's KV cache already has a prefix cache")
+        self.arena = self._make_arena()
+        #: sequences with blocks mapped in: id -> (sequence, [(first block, slot, blocks)])
+        self._mapped: dict[int, tuple[Any, list[tuple[int, int, int]]]] = {}
         self.kv.reclaim = self.reclaim
+        if self.arena is not None:
+            self.kv.on_drop.append(self._unmap)
+
+    def _make_arena(self) -> shared_pages.BlockArena | None:
+        """The memory file of the blocks, where sequences can map them (else None: copies)."""
+        kv = self.kv
+        slab = self.block_tokens * kv.kv_heads * kv.head_dim * kv.dtype.itemsize
+        if not (kv.lazy and shared_pages.supported() and slab % shared_pages.PAGE == 0):
+            return None
+        slots = math.ceil(kv.max_blocks * kv.config.block_size / self.block_tokens) + 1
+        try:
+            return shared_pages.BlockArena(2 * kv.num_layers, slots, self._shape, kv.dtype)
+        except (OSError, ValueError):
+            return None
 
     # --- accounting ------------------------------------------------------------------
     def _kv_blocks(self, n_blocks: int) -> int:
@@ -162,6 +192,13 @@ class PrefixCache:
         parent = self.blocks.get(b.parent)
         if parent is not None:
             parent.children -= 1
+        self._free_arrays(b)
+
+    def _free_arrays(self, b: Block) -> None:
+        if b.slot is not None:
+            b.k, b.v = [], []
+            self.arena.give(b.slot)  # type: ignore[union-attr]
+            return
         for a in (*b.k, *b.v):
             self.runner.pool.release(a)
 
@@ -229,7 +266,7 @@ class PrefixCache:
             return found
 
     def load(self, seq: Any, found: Match) -> int:
-        """Copy ``found``'s rows into the empty sequence ``seq``; the tokens it now holds."""
+        """Map or copy ``found``'s rows into the empty sequence ``seq``; the tokens it now holds."""
         n = found.tokens(self.block_tokens)
         if not n:
             return 0
@@ -240,7 +277,8 @@ class PrefixCache:
             try:
                 seq.reserve(n)  # may reclaim other cached blocks, never these
                 layers = range(self.kv.num_layers)
-                copy = functools.partial(self._copy_in, seq, found)
+                mapped = self._map_in(seq, found)
+                copy = functools.partial(self._copy_in, seq, found, mapped)
                 if self.kv.lazy and self._threads > 1:  # host memory: layers side by side
                     list(self._pool().map(copy, layers))
                 else:
@@ -252,11 +290,64 @@ class PrefixCache:
                     b.pins -= 1
         return n
 
-    def _copy_in(self, seq: Any, found: Match, layer: int) -> None:
-        """One layer's rows of ``found`` into ``seq``."""
+    def _map_in(self, seq: Any, found: Match) -> set[int]:
+        """Map ``found``'s whole blocks that have slots into ``seq``'s arrays, in runs of
+        consecutive slots; the indices of the blocks mapped (the rest are copied)."""
+        arena = self.arena
+        if arena is None or seq.id in self._mapped or not found.blocks:
+            return set()
+        arrays = [a for layer in range(self.kv.num_layers) for a in seq.layer(layer)]
+        if not all(arena.can_map(a) for a in arrays):
+            return set()
+        runs: list[tuple[int, int, int]] = []
+        for i, b in enumerate(found.blocks):
+            if b.slot is None:
+                continue
+            if runs and runs[-1][0] + runs[-1][2] == i and runs[-1][1] + runs[-1][2] == b.slot:
+                first, slot, count = runs[-1]
+                runs[-1] = (first, slot, count + 1)
+            else:
+                runs.append((i, b.slot, 1))
+        if not runs or arena.mapped_runs + len(runs) * len(arrays) > MAX_MAPPED_RUNS:
+            return set()
+        done: list[tuple[int, int, int]] = []
+        for first, slot, count in runs:
+            placed: list[Any] = []
+            try:
+                for a, arr in enumerate(arrays):
+                    arena.map_rows(arr, first, a, slot, count)
+                    placed.append(arr)
+            except OSError:  # (out of mappings) this run and the rest are copied
+                for arr in placed:
+                    arena.unmap_rows(arr, first, slot, count)
+                break
+            done.append((first, slot, count))
+        if not done:
+            return set()
+        self._mapped[seq.id] = (seq, done)
+        blocks = {i for first, _, count in done for i in range(first, first + count)}
+        self.stats.shared_tokens += len(blocks) * self.block_tokens
+        return blocks
+
+    def _unmap(self, seq: Any) -> None:
+        """``KVCache.on_drop``: give back the blocks mapped into ``seq``'s arrays."""
+        entry = self._mapped.pop(seq.id, None)
+        if entry is None or entry[0] is not seq:
+            return
+        arrays = [a for layer in range(len(seq.k)) for a in seq.layer(layer)]
+        for first, slot, count in entry[1]:
+            for arr in arrays:
+                self.arena.unmap_rows(arr, first, slot, count)  # type: ignore[union-attr]
+        if self._closed and not self._mapped:
+            self._detach_unmap()
+
+    def _copy_in(self, seq: Any, found: Match, mapped: set[int], layer: int) -> None:
+        """One layer's rows of ``found`` into ``seq`` (but the blocks already mapped)."""
         p, bt = self.provider, self.block_tokens
         k, v = seq.layer(layer)
         for i, b in enumerate(found.blocks):
+            if i in mapped:
+                continue
             p.kv_store(k, b.k[layer], i * bt)
             p.kv_store(v, b.v[layer], i * bt)
         if found.tail is not None:
@@ -357,30 +448,42 @@ class PrefixCache:
         self, seq: Any, key: bytes, parent: bytes, ids: tuple[int, ...], start: int
     ) -> Block:
         p, pool, dtype, n = self.provider, self.runner.pool, self.kv.dtype, len(ids)
+        slot = self.arena.take() if self.arena is not None else None
         ks, vs = [], []
         for layer in range(self.kv.num_layers):
             k, v = seq.layer(layer)
-            bk, bv = pool.acquire(self._shape, dtype), pool.acquire(self._shape, dtype)
+            if slot is not None:
+                bk, bv = self.arena.view(2 * layer, slot), self.arena.view(2 * layer + 1, slot)  # type: ignore[union-attr]
+            else:
+                bk, bv = pool.acquire(self._shape, dtype), pool.acquire(self._shape, dtype)
             p.kv_store(bk, self._rows(k, start, n), 0)
             p.kv_store(bv, self._rows(v, start, n), 0)
             ks.append(bk)
             vs.append(bv)
-        return Block(key, parent, ids, ks, vs)
+        return Block(key, parent, ids, ks, vs, slot=slot)
 
     def close(self) -> None:
         """Give every block back; the KV cache no longer reclaims through this cache."""
         with self.kv._lock:
             for b in self.blocks.values():
-                for a in (*b.k, *b.v):
-                    self.runner.pool.release(a)
+                self._free_arrays(b)
             self.blocks.clear()
             self.child_keys.clear()
             self._recharge()
             if getattr(self.kv, "reclaim", None) == self.reclaim:
                 self.kv.reclaim = None
+            self._closed = True
+            if not self._mapped:  # else the last sequence mapping blocks does it
+                self._detach_unmap()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
             self._executor = None
+
+    def _detach_unmap(self) -> None:
+        if self._unmap in self.kv.on_drop:
+            self.kv.on_drop.remove(self._unmap)
+        if self.arena is not None:
+            self.arena.close()
 
     def as_dict(self) -> dict:
         s = self.stats
@@ -389,6 +492,7 @@ class PrefixCache:
             "cached_blocks": len(self.blocks),
             "cached_tokens": self.cached_tokens,
             "hit_tokens": s.hit_tokens,
+            "shared_tokens": s.shared_tokens,
             "miss_tokens": s.miss_tokens,
             "evictions": s.evictions,
         }

@@ -222,6 +222,9 @@ class KVCache:
         #: frees blocks held for reuse (a prefix cache, model/prefix_cache.py) before any
         #: sequence is evicted: ``reclaim(blocks) -> blocks freed``
         self.reclaim: Callable[[int], int] | None = None
+        #: called with a sequence (under the lock) before its arrays are freed: a prefix
+        #: cache takes back the blocks it mapped into them (sdk/shared_pages.py)
+        self.on_drop: list[Callable[[Sequence], None]] = []
 
     # --- accounting ----------------------------------------------------------
     def _tick(self) -> int:
@@ -273,6 +276,8 @@ class KVCache:
             seq.closed = True
 
     def _drop(self, seq: Sequence) -> None:
+        for hook in list(self.on_drop):
+            hook(seq)
         for a in (*seq.k, *seq.v):
             self._free(a)
         seq.k, seq.v = [], []

@@ -55,6 +55,7 @@ from ..errors import ConfigError, ShapeError
 from ..hal import extra_ops
 from .kv_cache import KVCache, KVCacheConfig, Sequence, resolve_kv_dtype
 from .memory_pool import MemoryPool
+from .shared_pages import page_zeros
 from .weights import DeviceWeights, LayerWeights, ModelWeights, check_token_ids
 
 log = logging.getLogger("bitnet")
@@ -125,17 +126,21 @@ class GenericRunner:
         self.pool = MemoryPool(lambda shape, dtype: provider.empty(shape, dtype))
         cfg = self.config
         kv_dtype = resolve_kv_dtype(provider, kv_cache)
+        lazy = getattr(provider, "commits_on_touch", False) is True
+        # host memory: sequences' arrays in their own page-aligned mappings, so a prefix
+        # cache can map its blocks into them (sdk/shared_pages.py)
+        self.kv_pool = MemoryPool(page_zeros) if lazy else self.pool
         self.kv = KVCache(
             num_layers=cfg.num_layers,
             kv_heads=cfg.num_kv_heads,
             head_dim=cfg.head_dim,
             context_length=cfg.context_length,
             config=kv_cache,
-            allocate=lambda shape: self.pool.acquire(shape, kv_dtype),
-            free=self.pool.release,
+            allocate=lambda shape: self.kv_pool.acquire(shape, kv_dtype),
+            free=self.kv_pool.release,
             copy=lambda dst, src: provider.kv_store(dst, src, 0),
             dtype=kv_dtype,
-            lazy=getattr(provider, "commits_on_touch", False) is True,
+            lazy=lazy,
         )
         self._reshape = make_reshape(provider)
         self._lock = threading.Lock()  # one forward at a time: the device and cache are shared

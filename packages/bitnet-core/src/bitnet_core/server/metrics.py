@@ -142,6 +142,12 @@ def render_metrics(
             pc.get("hit_tokens", 0),
         ),
         (
+            "bitnet_prefix_cache_shared_tokens_total",
+            "counter",
+            "Of the reused prompt tokens, those whose KV pages were mapped, not copied",
+            pc.get("shared_tokens", 0),
+        ),
+        (
             "bitnet_prefix_cache_miss_tokens_total",
             "counter",
             "Prompt tokens computed (not in the prefix cache)",
