@@ -9,7 +9,8 @@ A backend package imports ``bitnet_core.hal`` (the protocols), this package and
   ``pool`` (free lists), ``host_memory`` (``lazy_zeros``).
 - Runners: ``runner`` (``GenericRunner``, the Level-2 engine a fused runner
   subclasses), ``kv_cache`` (``KVCache``, ``Sequence``, ``KVCacheConfig``, the KV
-  dtype a provider keeps), ``memory_pool`` (``MemoryPool``), ``weights``
+  dtype a provider keeps), ``shared_pages`` (host KV pages a prefix cache maps into
+  sequences), ``memory_pool`` (``MemoryPool``), ``weights``
   (``ModelWeights`` on the host, ``DeviceWeights`` on a device), ``fused``
   (a fused step's layers and batched step), ``step_profile``.
 """

@@ -1,0 +1,103 @@
+"""Where the time of concurrent requests sharing a system prompt goes, step by step.
+
+Runs the shared-system-prompt part of ``prefix_cache.py`` (one request, then
+``--concurrent`` sharing another system prompt) on a loopback server with the
+prefix cache, timing every scheduler step (``Scheduler._step``: sequences,
+decoding ones, tokens so far) and every prefix hit (``PrefixCache.load``:
+tokens reused) and store. Prints one line a step, per round.
+
+    uv run --no-sync python tools/loadtest/prefix_cache_steps.py --gguf M.gguf --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+import prefix_cache as scenario  # noqa: E402  (the same prompts)
+
+
+def instrument(log: list[tuple]) -> None:
+    from bitnet_core.model.prefix_cache import PrefixCache
+    from bitnet_core.server.scheduler import Scheduler
+
+    step, load, store = Scheduler._step, PrefixCache.load, PrefixCache.store
+
+    def timed_step(self, jobs):
+        decoding = sum(1 for j in jobs if j.seq is not None and not j.prefilling)
+        t = time.perf_counter()
+        out = step(self, jobs)
+        log.append(("step", time.perf_counter() - t, f"{len(jobs)} seqs, {decoding} decoding, "
+                    f"{self.stats.step_tokens_total} tokens so far"))  # fmt: skip
+        return out
+
+    def timed(fn, name):
+        def wrapped(self, *a):
+            t = time.perf_counter()
+            out = fn(self, *a)
+            log.append((name, time.perf_counter() - t, f"{out} tokens/blocks"))
+            return out
+
+        return wrapped
+
+    Scheduler._step = timed_step
+    PrefixCache.load, PrefixCache.store = timed(load, "hit"), timed(store, "store")
+
+
+async def shared_prompt(url: str, n: int, system_tokens: int, salt: int, log: list) -> tuple:
+    async with httpx.AsyncClient(base_url=url, timeout=600) as c:
+
+        def ask(system: str, i: int) -> list[dict]:
+            question = scenario.words(20, salt + 100 + i)
+            return [{"role": "system", "content": system}, {"role": "user", "content": question}]
+
+        _, t_one = await scenario.post(c, ask(scenario.words(system_tokens, salt + 3), 0), 8)
+        log.append(("--- concurrent", 0.0, ""))
+        shared = scenario.words(system_tokens, salt + 4)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(scenario.post(c, ask(shared, i + 1), 8) for i in range(n)))
+        return t_one, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gguf", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kv-budget", type=int, default=2048, metavar="MIB")
+    ap.add_argument("--system-tokens", type=int, default=1000)
+    ap.add_argument("--concurrent", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args(argv)
+
+    from bitnet_core.model.api import load
+    from bitnet_core.sdk.kv_cache import KVCacheConfig
+    from bitnet_core.server.app import create_app
+    from bitnet_core.server.live import LiveServer
+
+    log: list[tuple] = []
+    instrument(log)
+    kv = KVCacheConfig(max_bytes=args.kv_budget << 20)
+    model = load(args.gguf, device="cpu", kv_cache=kv, progress=False)
+    model.provider.set_threads(args.threads)
+    for r in range(args.rounds):
+        log.clear()
+        app = create_app(model, "m", max_active=args.concurrent, prefix_cache=True)
+        with LiveServer(app) as live:
+            one, many = asyncio.run(
+                shared_prompt(live.url, args.concurrent, args.system_tokens, 10 * r, log)
+            )
+        print(f"round {r}: one {one:.2f} s, {args.concurrent} concurrent {many:.2f} s "
+              f"({many / one:.2f} x)")  # fmt: skip
+        for name, seconds, what in log:
+            print(f"  {name:<6} {seconds * 1e3:8.1f} ms  {what}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
