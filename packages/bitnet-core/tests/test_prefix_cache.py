@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 
+import numpy as np
 import pytest
 
 from bitnet_core.config import BitNetConfig
+from bitnet_core.model import prefix_cache as prefix_cache_module
 from bitnet_core.model.api import load
 from bitnet_core.model.processors import LogprobRecorder
 from bitnet_core.model.random import random_model_file
@@ -187,6 +189,27 @@ def test_a_block_dropped_while_mapped_keeps_its_rows(model_file):
     if arena is not None:  # the mapped path ran, and the other's blocks avoided its slots
         assert pc["shared_tokens"] == 80 and None not in slots
     assert [(e.token, e.logprob, e.top) for e in rec.entries] == want[0][1]
+
+
+@pytest.mark.skipif(not shared_pages.supported(), reason="Linux memfd only")
+def test_closing_the_cache_while_a_sequence_maps_its_blocks(model_file):
+    """The last scheduler leaving gives the blocks back; a sequence still mapping two of
+    them keeps their rows, and the arena closes when that sequence ends."""
+    runner = load(model_file, device="cpu").runner
+    cache = prefix_cache_module.attach(runner)
+    ids = _prompt(40, 7)
+    with runner.new_cache() as first:
+        runner.forward(np.asarray(ids), first)
+        cache.store(first, ids)
+        want = [a[:32].copy() for a in first.layer(1)]
+    seq = runner.new_cache()
+    assert cache.start(seq, ids) == 38 and cache.stats.shared_tokens == 32
+    prefix_cache_module.detach(runner)
+    assert not cache.arena.closed and runner.kv.on_drop == [cache._unmap]
+    for got, rows in zip(seq.layer(1), want, strict=True):
+        np.testing.assert_array_equal(got[:32], rows)
+    seq.close()
+    assert cache.arena.closed and runner.kv.on_drop == []
 
 
 def test_server_reports_cached_tokens(model_file):

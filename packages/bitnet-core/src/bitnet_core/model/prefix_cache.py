@@ -332,7 +332,7 @@ class PrefixCache:
     def _unmap(self, seq: Any) -> None:
         """``KVCache.on_drop``: give back the blocks mapped into ``seq``'s arrays."""
         entry = self._mapped.pop(seq.id, None)
-        if entry is None or entry[0] is not seq:
+        if entry is None:
             return
         arrays = [a for layer in range(len(seq.k)) for a in seq.layer(layer)]
         for first, slot, count in entry[1]:

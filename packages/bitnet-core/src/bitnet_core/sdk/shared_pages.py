@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 PAGE = mmap.PAGESIZE
-_MAP_FAILED = ctypes.c_void_p(-1).value
+_MAP_FIXED = getattr(mmap, "MAP_FIXED", 0x10)  # Linux's value; Python's mmap does not export it
 
 
 def _libc() -> Any | None:
@@ -209,5 +209,3 @@ class BlockArena:
             self._map.close()
         os.close(self._fd)
 
-
-_MAP_FIXED = getattr(mmap, "MAP_FIXED", 0x10)
