@@ -191,6 +191,31 @@ def test_a_block_dropped_while_mapped_keeps_its_rows(model_file):
     assert [(e.token, e.logprob, e.top) for e in rec.entries] == want[0][1]
 
 
+def test_mixed_families_under_a_tight_budget_give_the_fresh_logprobs(model_file):
+    """Rounds of requests from three prompt families (shared beginnings, own endings of
+    random lengths), four at a time, in a budget that keeps dropping cached blocks that
+    running sequences map or copied: every request's logprobs are the fresh ones."""
+    rng = np.random.default_rng(5)
+    model = load(model_file, device="cpu", kv_cache=KVCacheConfig(max_bytes=8 * 64 * 1024))
+    families = [_prompt(int(n), 40 + i) for i, n in enumerate(rng.integers(20, 70, 3))]
+    rounds = [
+        [families[f][: int(rng.integers(10, len(families[f]) + 1))] + _prompt(int(k), 60 + 7 * r + f)
+         for f, k in zip(rng.integers(0, 3, 4), rng.integers(2, 30, 4), strict=True)]
+        for r in range(4)
+    ]  # fmt: skip
+    params = SamplingParams(temperature=0, max_tokens=12)
+    want = [_fresh(model, reqs, params) for reqs in rounds]
+    sched = Scheduler(model, max_active=4, step_tokens=48)
+    try:
+        got = [[g[:2] for g in _run(sched, reqs, params)] for reqs in rounds]
+        pc = sched.prefix.as_dict()
+    finally:
+        sched.close()
+    assert got == want
+    assert pc["hit_tokens"] > 0 and pc["evictions"] > 0
+    assert model.runner.kv.used_blocks == 0
+
+
 @pytest.mark.skipif(not shared_pages.supported(), reason="Linux memfd only")
 def test_closing_the_cache_while_a_sequence_maps_its_blocks(model_file):
     """The last scheduler leaving gives the blocks back; a sequence still mapping two of

@@ -185,6 +185,39 @@ def test_prompts_go_shortest_remaining_first(model):
         sched.close()
 
 
+def test_no_prompt_chunk_is_a_lone_token(model):
+    """A one-token chunk of a longer prompt would run the decode attention (not the
+    prompt attention's bits): a chunk that would leave one token takes one fewer, and
+    one that would be one token waits for the next step."""
+    sched = Scheduler(model, max_active=4, step_tokens=16)
+    try:
+
+        async def jobs():
+            from bitnet_core.server.scheduler import Job
+
+            loop = asyncio.get_running_loop()
+            return [Job(_prompt(model, n, n), _greedy(4), loop) for n in (16, 40, 5, 1, 9)]
+
+        a, b, c, one, dec = asyncio.run(jobs())
+        dec.prefilled, dec.next_token = 9, 3  # decoding: 15 prompt tokens left a step
+        assert [len(ids) for _, ids in sched._plan([a, dec])] == [1, 14]  # 16: not 15 + 1
+        a.prefilled = 14  # 2 left, 15 of budget: both
+        assert [len(ids) for _, ids in sched._plan([a, dec])] == [1, 2]
+        c.prefilled = 3  # 2 left; the 40-token prompt takes 13 and leaves no lone token
+        plan = sched._plan([c, b, dec])
+        assert [(j, len(ids)) for j, ids in plan] == [(dec, 1), (c, 2), (b, 13)]
+        b.prefilled = 39  # never happens (a lookup leaves 2), but a lone last token runs
+        assert [len(ids) for _, ids in sched._plan([b, dec])] == [1, 1]
+        b.prefilled = 24  # 16 left, 15 of budget: 14, leaving 2
+        assert [len(ids) for _, ids in sched._plan([b, dec])] == [1, 14]
+        assert [len(ids) for _, ids in sched._plan([one])] == [1]  # a one-token prompt runs
+        sched.step_tokens = 3  # 2 of budget after the decode token, 3 left: wait
+        b.prefilled = 37
+        assert [len(ids) for _, ids in sched._plan([b, dec])] == [1]
+    finally:
+        sched.close()
+
+
 def test_default_step_budget_covers_every_active_stream(model):
     for max_active, want in ((4, 128), (300, 301)):
         sched = Scheduler(model, max_active=max_active)

@@ -229,7 +229,13 @@ class Scheduler:
         job._emit(DONE)
 
     def _plan(self, jobs: list[Job]) -> list[tuple[Job, list[int]]]:
-        """The step: each decoding job's next token, then prompt chunks within the budget."""
+        """The step: each decoding job's next token, then prompt chunks within the budget.
+
+        A prompt chunk is never a lone token of a longer prompt (a chunk that would leave
+        one token takes one fewer; one that would be one token waits for a step with
+        room): a one-token chunk runs the decode attention, whose sums are not
+        bit-identical to the prompt attention's on the native CPU, and a prompt's logits
+        then depend on how the steps happened to cut it."""
         plan = [(j, [j.next_token]) for j in jobs if not j.prefilling]
         budget = self.step_tokens - len(plan)
         for j in sorted(
@@ -237,9 +243,14 @@ class Scheduler:
         ):
             if budget <= 0:
                 break
-            chunk = j.prompt_ids[j.prefilled : j.prefilled + budget]
-            plan.append((j, chunk))
-            budget -= len(chunk)
+            rest = len(j.prompt_ids) - j.prefilled
+            n = min(rest, budget)
+            if rest - n == 1:
+                n -= 1
+            if n < min(2, rest):
+                continue
+            plan.append((j, j.prompt_ids[j.prefilled : j.prefilled + n]))
+            budget -= n
         return plan
 
     def _forward(self, plan: list[tuple[Job, list[int]]]) -> list[np.ndarray | BaseException]:
