@@ -208,4 +208,3 @@ class BlockArena:
         with contextlib.suppress(BufferError):  # a block view still referenced: the GC frees it
             self._map.close()
         os.close(self._fd)
-
