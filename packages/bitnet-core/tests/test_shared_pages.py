@@ -80,3 +80,25 @@ def test_only_whole_pages_and_own_mappings_are_mapped():
     assert not arena.can_map(arena.view(0, 0))  # the arena's own file: never remapped
     assert PAGE % 4096 == 0
     arena.close()
+
+
+def _mappings(arr: np.ndarray) -> int:
+    """How many of the process's mappings cover ``arr``'s bytes."""
+    lo, hi = arr.ctypes.data, arr.ctypes.data + arr.nbytes
+    n = 0
+    with open("/proc/self/maps") as f:
+        for line in f:
+            start, end = (int(x, 16) for x in line.split()[0].split("-"))
+            n += start < hi and end > lo
+    return n
+
+
+def test_unmapping_leaves_one_mapping_again():
+    arena = _arena()
+    dst = page_zeros((6 * 16, 2, 64), np.float16)
+    assert _mappings(dst) == 1
+    arena.map_rows(dst, 2, 0, 0, 2)  # the middle of the array: three mappings
+    assert _mappings(dst) == 3
+    arena.unmap_rows(dst, 2, 0, 2)
+    assert _mappings(dst) == 1  # the fresh pages merged with their neighbours
+    arena.close()

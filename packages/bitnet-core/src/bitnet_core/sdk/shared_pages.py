@@ -193,11 +193,15 @@ class BlockArena:
 
     @staticmethod
     def _anonymous(addr: int, length: int) -> None:
+        """Fresh zero pages at ``addr``, advised as ``page_zeros``'s are (so the range
+        merges back into its neighbours: one mapping again)."""
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_FIXED
         got = _LIBC.mmap(addr, length, mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
         if got != addr:
             err = ctypes.get_errno()
             raise OSError(err, f"mmap of fresh KV pages failed: {os.strerror(err)}")
+        if hasattr(mmap, "MADV_NOHUGEPAGE"):
+            _LIBC.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(length), mmap.MADV_NOHUGEPAGE)
 
     def close(self) -> None:
         """Drop the arena's own mapping and file; sequences that still map slots keep
