@@ -219,3 +219,44 @@ def test_tq_types_fall_back_to_f16_below_256(tmp_path):
     mf = _check(out, model, tied=True)
     assert mf.tensor_info("blk.0.attn_q.weight").type_name == "F16"
     assert len(lines) == 2 and all("in f16 instead of tq2_0" in line for line in lines)
+
+
+_BITNET_CFG = {
+    "model_type": "bitnet", "architectures": ["BitNetForCausalLM"], "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+    "intermediate_size": 128, "vocab_size": 100, "hidden_act": "relu2",
+    "max_position_embeddings": 128, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+}  # fmt: skip
+_QWEN3_CFG = {
+    "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"], "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+    "intermediate_size": 128, "vocab_size": 100, "head_dim": 16,
+    "quantization_config": {"quant_method": "bitnet", "linear_class": "autobitlinear",
+                            "quantization_mode": "offline"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("base", "change", "message"),
+    [
+        (_BITNET_CFG, {"rope_theta": "bfloat16"}, "rope_theta must be a positive number"),
+        (_BITNET_CFG, {"rope_theta": -1}, "rope_theta must be a positive number"),
+        (_BITNET_CFG, {"rms_norm_eps": [1]}, "rms_norm_eps must be a positive number"),
+        (_BITNET_CFG, {"rope_parameters": [1]}, "rope_parameters must be an object"),
+        (_QWEN3_CFG, {"hidden_size": None}, "'hidden_size' is missing"),
+        (_QWEN3_CFG, {"num_attention_heads": "four"}, "a malformed field"),
+        (_QWEN3_CFG, {"num_attention_heads": 0, "head_dim": None}, "a malformed field"),
+        (_QWEN3_CFG, {"rope_parameters": {"rope_theta": "x"}}, "a malformed field"),
+    ],
+)
+def test_malformed_config_fields_are_clear_errors(tmp_path, base, change, message):
+    """Found by the convert fuzzer: a string where rope_theta's number goes was a bare
+    ValueError. Each field of the wrong type or value is an UnsupportedModelError."""
+    from bitnet_core.errors import UnsupportedModelError
+
+    (tmp_path / "config.json").write_text(json.dumps(base))
+    read_hf_config(tmp_path)  # the base is a valid config
+    cfg = {k: v for k, v in {**base, **change}.items() if v is not None}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UnsupportedModelError, match=message):
+        read_hf_config(tmp_path)

@@ -14,6 +14,7 @@ offline; each with or without ``use_rms_norm``).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,8 +58,21 @@ def _int(cfg: dict, key: str, path: Path, default: int | None = None) -> int:
     return value
 
 
+def _positive(value: object, key: str, path: Path) -> float:
+    """``value`` as a float if it is a finite positive number (JSON int or float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise UnsupportedModelError(
+            f"config.json: {key} must be a positive number, got {value!r}", path
+        )
+    return float(value)
+
+
 def _rope_theta(cfg: dict, path: Path) -> float:
     params = cfg.get("rope_parameters") or {}
+    if not isinstance(params, dict):
+        raise UnsupportedModelError(
+            f"config.json: rope_parameters must be an object, got {params!r}", path
+        )
     scaling = cfg.get("rope_scaling")
     rope_type = (params.get("rope_type") or params.get("type") or "default") if params else None
     if scaling or (rope_type not in (None, "default")):
@@ -66,7 +80,7 @@ def _rope_theta(cfg: dict, path: Path) -> float:
             f"config.json: rope scaling {scaling or params!r} is not supported", path
         )
     theta = params.get("rope_theta", cfg.get("rope_theta", 500000.0))
-    return float(theta)
+    return _positive(theta, "rope_theta", path)
 
 
 def read_hf_config(directory: Path) -> HFModelInfo:
@@ -138,7 +152,7 @@ def read_hf_config(directory: Path) -> HFModelInfo:
             intermediate_size=_int(cfg, "intermediate_size", path),
             context_length=_int(cfg, "max_position_embeddings", path, 2048),
             rope_theta=_rope_theta(cfg, path),
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-5)),
+            rms_norm_eps=_positive(cfg.get("rms_norm_eps", 1e-5), "rms_norm_eps", path),
             ffn_activation=_ACTIVATIONS[act],
             tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
             arch=ARCH_LLAMA if is_llama else "bitnet",
@@ -167,7 +181,14 @@ def _read_qk(cfg: dict, directory: Path, quant: dict | None, path: Path) -> HFMo
             path,
         )
     linear = _linear_kind(quant, path)
-    config = read_qk_config(cfg, directory, _linear_norm_eps(quant, path))
+    try:
+        config = read_qk_config(cfg, directory, _linear_norm_eps(quant, path))
+    except KeyError as exc:
+        raise UnsupportedModelError(f"config.json: {exc.args[0]!r} is missing", path) from exc
+    except (TypeError, ValueError, AttributeError, ZeroDivisionError, OverflowError) as exc:
+        # a field of the wrong type or value (a string for a number, 0 heads, a list for
+        # an object): the reader converts as transformers would, this names the failure
+        raise UnsupportedModelError(f"config.json: a malformed field ({exc})", path) from exc
     return HFModelInfo(
         config=config,
         packed=linear == "bitlinear",
