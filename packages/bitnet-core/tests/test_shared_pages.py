@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from bitnet_core.sdk import shared_pages
-from bitnet_core.sdk.shared_pages import PAGE, BlockArena, page_zeros
+from bitnet_core.sdk.host_memory import page_zeros
+from bitnet_core.sdk.shared_pages import PAGE, BlockArena
 
 pytestmark = pytest.mark.skipif(not shared_pages.supported(), reason="Linux memfd only")
 

@@ -296,7 +296,7 @@ class PrefixCache:
         arena = self.arena
         if arena is None or seq.id in self._mapped or not found.blocks:
             return set()
-        arrays = [a for layer in range(self.kv.num_layers) for a in seq.layer(layer)]
+        arrays = self._arrays(seq)
         if not all(arena.can_map(a) for a in arrays):
             return set()
         runs: list[tuple[int, int, int]] = []
@@ -329,12 +329,17 @@ class PrefixCache:
         self.stats.shared_tokens += len(blocks) * self.block_tokens
         return blocks
 
+    @staticmethod
+    def _arrays(seq: Any) -> list[Any]:
+        """``seq``'s arrays in the arena's order: layer 0's K, its V, layer 1's K, ..."""
+        return [a for layer in range(len(seq.k)) for a in seq.layer(layer)]
+
     def _unmap(self, seq: Any) -> None:
         """``KVCache.on_drop``: give back the blocks mapped into ``seq``'s arrays."""
         entry = self._mapped.pop(seq.id, None)
         if entry is None:
             return
-        arrays = [a for layer in range(len(seq.k)) for a in seq.layer(layer)]
+        arrays = self._arrays(seq)
         for first, slot, count in entry[1]:
             for arr in arrays:
                 self.arena.unmap_rows(arr, first, slot, count)  # type: ignore[union-attr]
@@ -453,6 +458,7 @@ class PrefixCache:
         for layer in range(self.kv.num_layers):
             k, v = seq.layer(layer)
             if slot is not None:
+                # (the arena's order: ``_arrays``)
                 bk, bv = self.arena.view(2 * layer, slot), self.arena.view(2 * layer + 1, slot)  # type: ignore[union-attr]
             else:
                 bk, bv = pool.acquire(self._shape, dtype), pool.acquire(self._shape, dtype)

@@ -6,7 +6,7 @@ A backend package imports ``bitnet_core.hal`` (the protocols), this package and
 - Providers: ``provider`` (``DeviceProvider``, ``GpuProvider``), ``checks``,
   ``runtime`` (the device SDK's import, probes), ``trace`` (``LaunchTrace``),
   ``packing`` (weight layouts), ``arrays``, ``elementwise``, ``attention``,
-  ``pool`` (free lists), ``host_memory`` (``lazy_zeros``).
+  ``pool`` (free lists), ``host_memory`` (``lazy_zeros``, ``page_zeros``).
 - Runners: ``runner`` (``GenericRunner``, the Level-2 engine a fused runner
   subclasses), ``kv_cache`` (``KVCache``, ``Sequence``, ``KVCacheConfig``, the KV
   dtype a provider keeps), ``shared_pages`` (host KV pages a prefix cache maps into

@@ -53,9 +53,9 @@ import numpy as np
 
 from ..errors import ConfigError, ShapeError
 from ..hal import extra_ops
+from .host_memory import page_zeros
 from .kv_cache import KVCache, KVCacheConfig, Sequence, resolve_kv_dtype
 from .memory_pool import MemoryPool
-from .shared_pages import page_zeros
 from .weights import DeviceWeights, LayerWeights, ModelWeights, check_token_ids
 
 log = logging.getLogger("bitnet")

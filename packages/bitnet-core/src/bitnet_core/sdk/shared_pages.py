@@ -18,7 +18,7 @@ file holds, so a block's slot is never rewritten while a sequence maps it
 slot when the last such sequence ends).
 
 Only where it is possible: Linux (``memfd_create``, ``mmap`` through libc),
-host memory, destination arrays from ``page_zeros`` (page-aligned private
+host memory, destination arrays from ``host_memory.page_zeros`` (page-aligned private
 anonymous mappings), and blocks whose K (or V) rows of one layer fill whole
 pages (``block_tokens * kv_heads * head_dim * itemsize`` a multiple of the
 page size: 16 tokens of 128 float16 values do). Elsewhere ``supported`` or
@@ -38,6 +38,8 @@ import sys
 from typing import Any
 
 import numpy as np
+
+from .host_memory import owns_pages
 
 PAGE = mmap.PAGESIZE
 _MAP_FIXED = getattr(mmap, "MAP_FIXED", 0x10)  # Linux's value; Python's mmap does not export it
@@ -69,35 +71,6 @@ _LIBC = _libc()
 def supported() -> bool:
     """True where blocks can be mapped into sequences (Linux with ``memfd_create``)."""
     return _LIBC is not None and os.environ.get("BITNET_SHARED_KV_PAGES", "1") != "0"
-
-
-class _OwnPages(mmap.mmap):
-    """A private anonymous mapping ``page_zeros`` made (so its pages may be remapped)."""
-
-
-def page_zeros(shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
-    """A zeroed array at the start of its own private anonymous mapping (page-aligned,
-    committed only where written, never as huge pages): what ``BlockArena.map_rows`` maps into."""
-    dt = np.dtype(dtype)
-    nbytes = max(math.prod(shape) * dt.itemsize, 1)
-    if not hasattr(mmap, "MAP_ANONYMOUS"):
-        return np.zeros(shape, dtype=dt)
-    buf = _OwnPages(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_NOHUGEPAGE"):
-        buf.madvise(mmap.MADV_NOHUGEPAGE)
-    return np.frombuffer(buf, dtype=dt, count=math.prod(shape)).reshape(shape)
-
-
-def _own_pages(arr: np.ndarray) -> bool:
-    """``arr`` is a C-contiguous view from the start of a ``page_zeros`` mapping."""
-    base: Any = arr
-    while isinstance(base, np.ndarray):
-        base = base.base
-    if isinstance(base, memoryview):
-        base = base.obj
-    if not isinstance(base, _OwnPages) or not arr.flags.c_contiguous:
-        return False
-    return arr.ctypes.data == np.frombuffer(base, dtype=np.uint8).ctypes.data
 
 
 class BlockArena:
@@ -159,7 +132,7 @@ class BlockArena:
             and isinstance(dst, np.ndarray)
             and dst.dtype == self.dtype
             and dst.shape[1:] == self.slab_shape[1:]
-            and _own_pages(dst)
+            and owns_pages(dst)
         )
 
     def map_rows(self, dst: np.ndarray, block: int, array: int, slot: int, n: int) -> None:
