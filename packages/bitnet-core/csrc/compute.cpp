@@ -306,18 +306,17 @@ void Compute::attention_decode_many(const AttentionArgs *args, int64_t n) const 
     // attention over a cache that starts at the window's first row
     std::vector<AttentionArgs> windowed;
     const AttentionArgs *a = args;
-    for (int64_t i = 0; i < n && a == args; ++i)
-        if (args[i].window > 0 && args[i].start + 1 > args[i].window) {
-            windowed.assign(args, args + n);
-            a = windowed.data();
+    if (std::any_of(args, args + n, [](const AttentionArgs &x) { return x.window > 0 && x.start + 1 > x.window; })) {
+        windowed.assign(args, args + n);
+        for (AttentionArgs &w : windowed) {
+            const int64_t lo = attn_first_row(w, 0);
+            const size_t bytes = static_cast<size_t>(lo * w.Hkv * w.D) * (w.kv_f16 ? 2 : 4);
+            w.k = static_cast<const char *>(w.k) + bytes;
+            w.v = static_cast<const char *>(w.v) + bytes;
+            w.start -= lo;
+            w.window = 0;
         }
-    for (AttentionArgs &w : windowed) {
-        const int64_t lo = w.window > 0 ? std::max<int64_t>(0, w.start + 1 - w.window) : 0;
-        const size_t bytes = static_cast<size_t>(lo * w.Hkv * w.D) * (w.kv_f16 ? 2 : 4);
-        w.k = static_cast<const char *>(w.k) + bytes;
-        w.v = static_cast<const char *>(w.v) + bytes;
-        w.start -= lo;
-        w.window = 0;
+        a = windowed.data();
     }
     std::vector<int64_t> first(static_cast<size_t>(n + 1), 0), part_at(static_cast<size_t>(n + 1), 0);
     for (int64_t i = 0; i < n; ++i) {

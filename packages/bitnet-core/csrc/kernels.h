@@ -7,6 +7,7 @@
 // split it over the thread pool; kernels never allocate Python objects and
 // share no inline templates with other translation units.
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -91,6 +92,11 @@ constexpr int64_t kAttnChunk = 32;
 // head's rows.
 constexpr int64_t kAttnQueries = 4;
 inline int64_t attn_query_blocks(int64_t T) { return (T + kAttnQueries - 1) / kAttnQueries; }
+
+// the first cache row query t of `a` sees (0 without a window)
+inline int64_t attn_first_row(const AttentionArgs &a, int64_t t) {
+    return a.window > 0 ? std::max<int64_t>(0, a.start + t + 1 - a.window) : 0;
+}
 
 struct KernelTable {
     const char *name;
