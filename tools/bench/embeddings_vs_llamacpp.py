@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 SHAPE = dict(
     vocab_size=151936,
@@ -167,15 +168,8 @@ def _generic(path: Path, threads: int):
     """The model on our op-by-op engine (``BITNET_CPU_FUSED=0`` while it loads)."""
     import bitnet_core
 
-    before = os.environ.get("BITNET_CPU_FUSED")
-    os.environ["BITNET_CPU_FUSED"] = "0"
-    try:
+    with mock.patch.dict(os.environ, {"BITNET_CPU_FUSED": "0"}):
         m = bitnet_core.load(path, device="cpu", progress=False)
-    finally:
-        if before is None:
-            del os.environ["BITNET_CPU_FUSED"]
-        else:
-            os.environ["BITNET_CPU_FUSED"] = before
     if hasattr(m.provider, "set_threads"):
         m.provider.set_threads(threads)
     return m

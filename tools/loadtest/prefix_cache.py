@@ -107,26 +107,39 @@ async def scenario(url: str, args: argparse.Namespace, salt: int) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_model_arguments(ap: argparse.ArgumentParser, rounds: int) -> None:
+    """The model, threads, KV budget, shared-prompt shape and rounds (also of
+    ``prefix_cache_steps.py``)."""
     ap.add_argument("--gguf", required=True)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-budget", type=int, default=2048, metavar="MIB")
-    ap.add_argument("--max-tokens", type=int, default=8)
-    ap.add_argument("--chat-tokens", type=int, default=870)
     ap.add_argument("--system-tokens", type=int, default=1000)
     ap.add_argument("--concurrent", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=1)
-    args = ap.parse_args(argv)
+    ap.add_argument("--rounds", type=int, default=rounds)
 
+
+def load_model(args: argparse.Namespace):
+    """The model of ``--gguf`` on the CPU with ``--kv-budget`` and ``--threads``."""
     from bitnet_core.model.api import load
     from bitnet_core.sdk.kv_cache import KVCacheConfig
-    from bitnet_core.server.app import create_app
-    from bitnet_core.server.live import LiveServer
 
     kv = KVCacheConfig(max_bytes=args.kv_budget << 20)
     model = load(args.gguf, device="cpu", kv_cache=kv, progress=False)
     model.provider.set_threads(args.threads)
+    return model
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_model_arguments(ap, rounds=1)
+    ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument("--chat-tokens", type=int, default=870)
+    args = ap.parse_args(argv)
+
+    from bitnet_core.server.app import create_app
+    from bitnet_core.server.live import LiveServer
+
+    model = load_model(args)
     rounds = []
     for r in range(args.rounds):
         got = {}

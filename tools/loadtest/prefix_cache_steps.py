@@ -116,24 +116,15 @@ async def shared_prompt(url: str, n: int, system_tokens: int, salt: int, log: li
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gguf", required=True)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--kv-budget", type=int, default=2048, metavar="MIB")
-    ap.add_argument("--system-tokens", type=int, default=1000)
-    ap.add_argument("--concurrent", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=2)
+    scenario.add_model_arguments(ap, rounds=2)
     args = ap.parse_args(argv)
 
-    from bitnet_core.model.api import load
-    from bitnet_core.sdk.kv_cache import KVCacheConfig
     from bitnet_core.server.app import create_app
     from bitnet_core.server.live import LiveServer
 
     log: list[tuple] = []
     instrument(log)
-    kv = KVCacheConfig(max_bytes=args.kv_budget << 20)
-    model = load(args.gguf, device="cpu", kv_cache=kv, progress=False)
-    model.provider.set_threads(args.threads)
+    model = scenario.load_model(args)
     for r in range(args.rounds):
         log.clear()
         app = create_app(model, "m", max_active=args.concurrent, prefix_cache=True)
